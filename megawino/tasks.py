@@ -1,0 +1,342 @@
+"""Task types, task parameters, buffer layout and the task graph.
+
+This module is the single source of truth shared by the CPU executor, the
+simulator, the mapping validator and the CUDA megakernel (whose task-type codes,
+record fields and alignment constants are generated from here into
+``cuda/generated_tasks.cuh`` by :mod:`megawino.codegen`).
+
+A task is the work of one thread block of the non-fused kernels (seed 002,
+section 5.1).  Tiles are split into ``num_groups`` groups of ``tiles_per_group``
+tiles; per group there are ``inputs_per_group`` input-transform tasks (channel
+chunks), ``gemms_per_group`` GEMM tasks (one per transform position and K block)
+and ``outputs_per_group`` output-transform tasks (K chunks).  ``num_filter_tasks``
+filter-transform tasks are shared by every group.
+
+Dependencies go through counters, as in the megakernel: a task *signals* one
+counter when it ends and *waits* on up to two counters.  In the networkx graph
+counters are join nodes between parents and children, so each counter's
+expected value is its in-degree and the graph stays linear in the task count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+
+import networkx as nx
+import numpy as np
+
+from .spec import LayerSpec
+from .winograd import tiles_for
+
+
+class TaskType(enum.IntEnum):
+    FILTER = 0   # filter transform: w -> U
+    INPUT = 1    # input transform: x -> V
+    GEMM = 2     # one transform position x one K block: M[p] = V[p] U[p]
+    OUTPUT = 3   # output transform: M -> y
+
+
+# Fields of one task record (int32 each), in order.  ``need_*`` is the count a
+# waited counter must reach per launch; -1 in ``wait_*`` / ``signal`` means none.
+TASK_RECORD_FIELDS = ("type", "group", "index", "wait_a", "need_a", "wait_b", "need_b", "signal")
+NO_COUNTER = -1
+
+# Alignment of the buffer strides (the CUDA GEMM reads 16-byte vectors).
+CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a multiple of this
+K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
+GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
+COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
+
+
+def _round_up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskParams:
+    """Per-task work sizes.  ``default_params`` derives them from the layer."""
+
+    m: int = 4                          # output tile size: F(m x m, 3 x 3)
+    tiles_per_group: int = 128          # t: tiles of one task group (GEMM rows)
+    input_channels_per_task: int = 32   # channels one input-transform task covers
+    gemm_k_per_task: int = 64           # output channels one GEMM task covers
+    output_k_per_task: int = 32         # output channels one output-transform task covers
+    filter_pairs_per_task: int = 1024   # (c, k) filter pairs one filter-transform task covers
+
+    def __post_init__(self):
+        if self.m not in (2, 4):
+            raise ValueError(f"TaskParams.m must be 2 or 4, got {self.m!r}")
+        for field in ("tiles_per_group", "input_channels_per_task", "gemm_k_per_task",
+                      "output_k_per_task", "filter_pairs_per_task"):
+            _positive_int(f"TaskParams.{field}", getattr(self, field))
+        if self.tiles_per_group % GEMM_BLOCK_ROWS:
+            raise ValueError(f"TaskParams.tiles_per_group must be a multiple of {GEMM_BLOCK_ROWS}, "
+                             f"got {self.tiles_per_group}")
+        if self.gemm_k_per_task % K_ALIGN:
+            raise ValueError(f"TaskParams.gemm_k_per_task must be a multiple of {K_ALIGN}, "
+                             f"got {self.gemm_k_per_task}")
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+
+def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
+    """Sensible task sizes for a layer (the tuner in bench/tune.py refines them).
+
+    Rule: GEMM tasks of about 128 tiles x min(K, 64) channels; transform tasks
+    of about 4096 (tile, channel) pairs so each of 256 threads has work.
+    """
+    spec.require_winograd()
+    tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
+    tiles_per_group = 128 if tiles >= 128 * 132 else GEMM_BLOCK_ROWS
+    k_stride = _round_up(spec.K, K_ALIGN)
+    gemm_k = min(k_stride, 64)
+    per_task_pairs = 4096
+    input_channels = max(1, min(_round_up(spec.C, CHANNEL_ALIGN), per_task_pairs // tiles_per_group))
+    output_k = max(1, min(spec.K, per_task_pairs // tiles_per_group))
+    return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
+                      gemm_k_per_task=gemm_k, output_k_per_task=output_k)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Sizes and strides of the Winograd buffers, shared by every executor.
+
+    U[alpha2][c_stride][k_stride], V[alpha2][tiles_padded][c_stride],
+    M[alpha2][tiles_padded][k_stride].  Padding rows / channels hold zeros: the
+    tasks that write a buffer also write its padding, so no buffer relies on
+    having been cleared.
+    """
+
+    spec: LayerSpec
+    params: TaskParams
+
+    @property
+    def alpha(self) -> int:
+        return self.params.alpha
+
+    @property
+    def alpha2(self) -> int:
+        return self.params.alpha ** 2
+
+    @property
+    def tiles_h(self) -> int:
+        return tiles_for(self.spec.out_h, self.params.m)
+
+    @property
+    def tiles_w(self) -> int:
+        return tiles_for(self.spec.out_w, self.params.m)
+
+    @property
+    def tiles(self) -> int:
+        return self.spec.N * self.tiles_h * self.tiles_w
+
+    @property
+    def num_groups(self) -> int:
+        return -(-self.tiles // self.params.tiles_per_group)
+
+    @property
+    def tiles_padded(self) -> int:
+        return self.num_groups * self.params.tiles_per_group
+
+    @property
+    def c_stride(self) -> int:
+        return _round_up(self.spec.C, CHANNEL_ALIGN)
+
+    @property
+    def k_stride(self) -> int:
+        return _round_up(self.spec.K, K_ALIGN)
+
+    @property
+    def u_shape(self) -> tuple[int, int, int]:
+        return (self.alpha2, self.c_stride, self.k_stride)
+
+    @property
+    def v_shape(self) -> tuple[int, int, int]:
+        return (self.alpha2, self.tiles_padded, self.c_stride)
+
+    @property
+    def m_shape(self) -> tuple[int, int, int]:
+        return (self.alpha2, self.tiles_padded, self.k_stride)
+
+    # ---- task counts -------------------------------------------------
+    @property
+    def num_filter_tasks(self) -> int:           # N_F
+        return -(-(self.c_stride * self.k_stride) // self.params.filter_pairs_per_task)
+
+    @property
+    def inputs_per_group(self) -> int:           # S_I
+        return -(-self.c_stride // self.params.input_channels_per_task)
+
+    @property
+    def k_blocks(self) -> int:
+        return -(-self.k_stride // self.params.gemm_k_per_task)
+
+    @property
+    def gemms_per_group(self) -> int:            # S_G
+        return self.alpha2 * self.k_blocks
+
+    @property
+    def outputs_per_group(self) -> int:          # S_O
+        return -(-self.spec.K // self.params.output_k_per_task)
+
+    @property
+    def num_tasks(self) -> int:
+        return self.num_filter_tasks + self.num_groups * (
+            self.inputs_per_group + self.gemms_per_group + self.outputs_per_group)
+
+    # ---- slices a task covers (the CPU executor and the kernels agree on these) ----
+    def filter_pair_range(self, index: int) -> tuple[int, int]:
+        per = self.params.filter_pairs_per_task
+        return index * per, min(self.c_stride * self.k_stride, (index + 1) * per)
+
+    def group_tile_range(self, group: int) -> tuple[int, int]:
+        t = self.params.tiles_per_group
+        return group * t, (group + 1) * t        # rows of V and M (padded rows included)
+
+    def input_channel_range(self, index: int) -> tuple[int, int]:
+        per = self.params.input_channels_per_task
+        return index * per, min(self.c_stride, (index + 1) * per)
+
+    def gemm_position_kblock(self, index: int) -> tuple[int, int]:
+        """GEMM task index j -> (transform position p, K block); j = p * k_blocks + kb,
+        so the paper's 'jth filter matrix' is U[p][:, K block]."""
+        return divmod(index, self.k_blocks)
+
+    def gemm_k_range(self, k_block: int) -> tuple[int, int]:
+        per = self.params.gemm_k_per_task
+        return k_block * per, min(self.k_stride, (k_block + 1) * per)
+
+    def output_k_range(self, index: int) -> tuple[int, int]:
+        per = self.params.output_k_per_task
+        return index * per, min(self.spec.K, (index + 1) * per)
+
+    # ---- counters ----------------------------------------------------
+    @property
+    def num_counters(self) -> int:
+        return 1 + 2 * self.num_groups
+
+    def counter_filters_done(self) -> int:
+        return 0
+
+    def counter_inputs_done(self, group: int) -> int:
+        return 1 + group
+
+    def counter_products_done(self, group: int) -> int:
+        return 1 + self.num_groups + group
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskGraph:
+    """All tasks of one layer as a record table, plus the derived networkx graph.
+
+    Task ids: filter tasks first, then input tasks (group-major), GEMM tasks
+    (group-major, then j), output tasks (group-major).  ``records[id]`` holds the
+    TASK_RECORD_FIELDS of that task.
+    """
+
+    layout: Layout
+    records: np.ndarray          # int32 [num_tasks][len(TASK_RECORD_FIELDS)]
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.records.shape[0])
+
+    def field(self, name: str) -> np.ndarray:
+        return self.records[:, TASK_RECORD_FIELDS.index(name)]
+
+    @property
+    def types(self) -> np.ndarray:
+        return self.field("type")
+
+    def ids_of(self, task_type: TaskType) -> np.ndarray:
+        return np.flatnonzero(self.types == int(task_type))
+
+    @functools.cached_property
+    def counter_need(self) -> np.ndarray:
+        """Signals each counter receives per launch (= the counter node's in-degree)."""
+        signal = self.field("signal")
+        return np.bincount(signal[signal >= 0], minlength=self.layout.num_counters).astype(np.int64)
+
+    @functools.cached_property
+    def counter_parents(self) -> list[np.ndarray]:
+        """Task ids signalling each counter."""
+        signal = self.field("signal")
+        order = np.argsort(signal, kind="stable")
+        sorted_signal = signal[order]
+        bounds = np.searchsorted(sorted_signal, np.arange(self.layout.num_counters + 1))
+        return [order[bounds[c]:bounds[c + 1]] for c in range(self.layout.num_counters)]
+
+    def describe_task(self, task: int) -> str:
+        rec = self.records[task]
+        kind = TaskType(int(rec[0])).name
+        if kind == "FILTER":
+            return f"FILTER #{rec[2]}"
+        sub = {"INPUT": "chunk", "GEMM": "j", "OUTPUT": "chunk"}[kind]
+        return f"{kind} g={rec[1]} {sub}={rec[2]}"
+
+    def to_networkx(self) -> nx.DiGraph:
+        """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``
+        with edges parent -> counter -> child."""
+        graph = nx.DiGraph()
+        for task, rec in enumerate(self.records.tolist()):
+            graph.add_node(("task", task), type=TaskType(rec[0]), group=rec[1], index=rec[2])
+        for counter in range(self.layout.num_counters):
+            graph.add_node(("counter", counter))
+        sig = TASK_RECORD_FIELDS.index("signal")
+        waits = [(TASK_RECORD_FIELDS.index("wait_a")), TASK_RECORD_FIELDS.index("wait_b")]
+        for task, rec in enumerate(self.records.tolist()):
+            if rec[sig] >= 0:
+                graph.add_edge(("task", task), ("counter", rec[sig]))
+            for w in waits:
+                if rec[w] >= 0:
+                    graph.add_edge(("counter", rec[w]), ("task", task))
+        return graph
+
+    def task_parents(self, task: int) -> np.ndarray:
+        rec = self.records[task]
+        parts = [self.counter_parents[rec[i]] for i in (3, 5) if rec[i] >= 0]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
+    """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64)."""
+    spec.require_winograd()
+    params = params if params is not None else default_params(spec)
+    layout = Layout(spec, params)
+    groups = layout.num_groups
+    n_f, s_i, s_g, s_o = (layout.num_filter_tasks, layout.inputs_per_group,
+                          layout.gemms_per_group, layout.outputs_per_group)
+
+    def block(task_type, per_group, wait_a, need_a, wait_b, need_b, signal):
+        g = np.repeat(np.arange(groups), per_group)
+        idx = np.tile(np.arange(per_group), groups)
+        cols = [np.full(g.shape, int(task_type)), g, idx,
+                wait_a(g), np.full(g.shape, need_a), wait_b(g), np.full(g.shape, need_b), signal(g)]
+        return np.stack(cols, axis=1)
+
+    none = lambda g: np.full(g.shape, NO_COUNTER)  # noqa: E731
+    filters = np.stack([np.full(n_f, int(TaskType.FILTER)), np.zeros(n_f, int), np.arange(n_f),
+                        np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
+                        np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
+                        np.full(n_f, layout.counter_filters_done())], axis=1)
+    inputs = block(TaskType.INPUT, s_i, none, 0, none, 0, lambda g: 1 + g)
+    gemms = block(TaskType.GEMM, s_g, lambda g: np.full(g.shape, 0), n_f,
+                  lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
+    outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0, none)
+    records = np.ascontiguousarray(np.concatenate([filters, inputs, gemms, outputs]), dtype=np.int32)
+    graph = TaskGraph(layout, records)
+    # The needs written into the records must equal the counters' in-degrees.
+    need = graph.counter_need
+    for wait, need_col in ((3, 4), (5, 6)):
+        has = records[:, wait] >= 0
+        assert np.array_equal(need[records[has, wait]], records[has, need_col]), "counter needs drifted"
+    return graph
