@@ -1,0 +1,1 @@
+"""CUDA sources of megawino, installed as package data (megawino._cuda)."""

@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+
+from megawino import executor
+from megawino.mapping import interleaved_mapping, sequential_mapping
+from megawino.spec import LayerSpec
+from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, build_graph
+from megawino.winograd import direct_conv_nchw, rel_l2
+
+
+def run_case(spec, params, seed=0, order_fn=None):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(spec.input_shape).astype(np.float32)
+    w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    graph = build_graph(spec, params)
+    order = (order_fn or (lambda g: interleaved_mapping(g, 3, 5, 2)))(graph)
+    buffers = executor.execute(graph, order, x, w)
+    x_nchw = x if spec.layout == "NCHW" else x.transpose(0, 3, 1, 2)
+    ref = direct_conv_nchw(x_nchw, w, 1, spec.padding)
+    y = buffers.y if spec.layout == "NCHW" else buffers.y.transpose(0, 3, 1, 2)
+    return buffers, rel_l2(y, ref)
+
+
+CASES = [
+    # N, C, K, H, W, padding, layout, m
+    (1, 5, 3, 9, 7, 1, "NCHW", 4),        # odd H and W, H != W, batch 1
+    (2, 13, 7, 11, 6, 0, "NHWC", 4),      # padding 0
+    (1, 3, 9, 10, 13, 2, "NCHW", 4),      # padding 2
+    (2, 37, 70, 17, 19, 1, "NHWC", 4),    # C, K not multiples of any chunk
+    (1, 1, 1, 5, 5, 1, "NCHW", 4),
+    (3, 5, 11, 9, 7, 1, "NCHW", 2),
+    (1, 19, 6, 8, 13, 2, "NHWC", 2),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_executor_matches_direct(case):
+    n, c, k, h, w, pad, layout, m = case
+    spec = LayerSpec(n, c, k, h, w, padding=pad, layout=layout)
+    params = TaskParams(m=m, tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=6,
+                        gemm_k_per_task=8, output_k_per_task=5, filter_pairs_per_task=37)
+    buffers, err = run_case(spec, params)
+    assert err < 1e-5 if m == 4 else err < 1e-6
+    for name in ("U", "V", "M", "y"):   # every element, padding included, was written
+        assert not np.isnan(getattr(buffers, name)).any(), name
+
+
+def test_results_bitwise_identical_across_mappings():
+    spec = LayerSpec(2, 20, 12, 14, 10)
+    params = TaskParams(tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=8,
+                        gemm_k_per_task=4, output_k_per_task=6)
+    a, _ = run_case(spec, params, order_fn=sequential_mapping)
+    b, _ = run_case(spec, params, order_fn=lambda g: interleaved_mapping(g, 1, 2, 3))
+    for name in ("U", "V", "M", "y"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_default_params_layer():
+    buffers, err = run_case(LayerSpec(1, 64, 64, 14, 14), None,
+                            order_fn=lambda g: interleaved_mapping(g))
+    assert err < 1e-5
+
+
+def test_conv2d_cpu_entry_point():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 8, 9)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    y = executor.conv2d_cpu(x, w, padding=1)
+    assert rel_l2(y, direct_conv_nchw(x, w, 1, 1)) < 1e-5
+
+
+def test_bad_inputs_are_refused_before_work():
+    spec = LayerSpec(1, 4, 6, 8, 8)
+    graph = build_graph(spec)
+    order = sequential_mapping(graph)
+    good_x = np.ones(spec.input_shape, np.float32)
+    good_w = np.ones(spec.weight_shape, np.float32)
+    with pytest.raises(ValueError, match="x has shape"):
+        executor.execute(graph, order, np.ones((1, 5, 8, 8), np.float32), good_w)
+    with pytest.raises(ValueError, match="w has shape"):
+        executor.execute(graph, order, good_x, np.ones((6, 4, 5, 5), np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        executor.execute(graph, order, good_x.astype(np.float64), good_w)
+    with pytest.raises(ValueError, match="ticket"):
+        executor.execute(graph, order[::-1], good_x, good_w)

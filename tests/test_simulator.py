@@ -1,0 +1,203 @@
+"""CPU tests of the discrete-event simulator and its cost model."""
+import heapq
+import time
+
+import numpy as np
+import pytest
+
+from megawino.simulator import CostModel, check_mapping, default_workers, simulate, task_work
+from megawino.spec import LayerSpec
+from megawino.tasks import TaskParams, TaskType, build_graph
+
+SMALL = LayerSpec(2, 5, 3, 9, 7)
+MEDIUM = LayerSpec(1, 64, 64, 56, 56)
+
+
+def random_topological_order(graph, seed):
+    """A random parents-first ordering (Kahn's algorithm with random priorities)."""
+    rng = np.random.default_rng(seed)
+    n = graph.num_tasks
+    parents = [set(graph.task_parents(t).tolist()) for t in range(n)]
+    children = [[] for _ in range(n)]
+    for t, ps in enumerate(parents):
+        for p in ps:
+            children[p].append(t)
+    missing = [len(ps) for ps in parents]
+    key = rng.random(n)
+    ready = [(key[t], t) for t in range(n) if missing[t] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, t = heapq.heappop(ready)
+        order.append(t)
+        for c in children[t]:
+            missing[c] -= 1
+            if missing[c] == 0:
+                heapq.heappush(ready, (key[c], c))
+    assert len(order) == n
+    return np.array(order)
+
+
+def assert_valid(graph, tl, handoff=1.0):
+    n = graph.num_tasks
+    assert tl.tickets == n
+    assert sorted(tl.task.tolist()) == list(range(n))          # every task exactly once
+    assert np.all(tl.start >= tl.fetch + handoff - 1e-9)
+    assert np.all(tl.end > tl.start)
+    assert np.all(np.diff(tl.fetch) >= -1e-12)                 # tickets claimed in order
+    end_of = np.empty(n)
+    end_of[tl.task] = tl.end
+    start_of = np.empty(n)
+    start_of[tl.task] = tl.start
+    for task in range(n):
+        parents = graph.task_parents(task)
+        if len(parents):
+            assert start_of[task] >= end_of[parents].max() + handoff - 1e-9, graph.describe_task(task)
+    for w in np.unique(tl.worker):
+        idx = np.flatnonzero(tl.worker == w)
+        order = idx[np.argsort(tl.fetch[idx])]
+        assert np.all(tl.fetch[order[1:]] >= tl.end[order[:-1]] - 1e-9)
+    assert tl.makespan > 0
+    tl.validate()
+
+
+@pytest.mark.parametrize("spec", [SMALL, MEDIUM], ids=["small", "medium"])
+@pytest.mark.parametrize("workers", [1, 3, 264])
+def test_sequential_and_random_orders_are_valid(spec, workers):
+    graph = build_graph(spec)
+    for mapping in (np.arange(graph.num_tasks), random_topological_order(graph, seed=workers)):
+        tl = simulate(graph, mapping, workers)
+        assert_valid(graph, tl)
+        assert np.array_equal(tl.task, mapping)
+        assert tl.source == "simulated" and tl.num_workers == workers
+
+
+def test_interleaved_mapping_simulates():
+    from megawino import mapping as mp            # written by the lead in parallel
+    graph = build_graph(MEDIUM)
+    seq = simulate(graph, mp.sequential_mapping(graph), 264)
+    inter = simulate(graph, mp.interleaved_mapping(graph, 4, 4, 2), 264)
+    assert_valid(graph, seq)
+    assert_valid(graph, inter)
+
+
+def test_child_before_parent_raises_naming_the_ticket():
+    graph = build_graph(SMALL)
+    first_gemm = int(graph.ids_of(TaskType.GEMM)[0])
+    mapping = np.concatenate([[first_gemm], np.delete(np.arange(graph.num_tasks), first_gemm)])
+    with pytest.raises(ValueError, match=r"deadlock: ticket 0 \(GEMM g=0 j=0\) waits on ticket 1 \(FILTER #0\)"):
+        simulate(graph, mapping, 4)
+    # an output task placed before one of its GEMMs
+    out = int(graph.ids_of(TaskType.OUTPUT)[0])
+    last_gemm = int(graph.ids_of(TaskType.GEMM)[-1])
+    mapping = np.arange(graph.num_tasks)
+    mapping[[out, last_gemm]] = mapping[[last_gemm, out]]
+    with pytest.raises(ValueError, match=rf"deadlock: ticket {last_gemm} \(OUTPUT g=0 chunk=0\) "
+                                         rf"waits on ticket {out} \(GEMM g=0 j=35\)"):
+        check_mapping(graph, mapping)
+
+
+def test_mapping_must_be_a_permutation():
+    graph = build_graph(SMALL)
+    with pytest.raises(ValueError, match="permutation"):
+        simulate(graph, np.zeros(graph.num_tasks, dtype=int), 2)
+    with pytest.raises(ValueError, match="must list"):
+        simulate(graph, np.arange(graph.num_tasks - 1), 2)
+    with pytest.raises(ValueError, match="permutation"):
+        simulate(graph, np.arange(1, graph.num_tasks + 1), 2)
+
+
+def test_one_worker_runs_back_to_back():
+    graph = build_graph(MEDIUM)
+    model = CostModel(handoff_us=0.7)
+    tl = simulate(graph, np.arange(graph.num_tasks), 1, cost_model=model)
+    costs = model.task_costs(graph, workers=1)
+    assert tl.makespan == pytest.approx(costs.sum() + graph.num_tasks * 0.7, rel=1e-12)
+    assert np.allclose(tl.wait, 0.7)
+
+
+def test_parents_hold_back_children():
+    graph = build_graph(MEDIUM)
+    tl = simulate(graph, np.arange(graph.num_tasks), 264)
+    # with more workers than ready tasks, GEMMs wait on the input transforms
+    assert tl.wait_by_type()[TaskType.GEMM] > graph.ids_of(TaskType.GEMM).size * 1.0 + 1.0
+    assert tl.max_wait > 1.0
+
+
+def test_task_work_matches_layout_slices():
+    spec = LayerSpec(2, 37, 45, 20, 20)
+    params = TaskParams(tiles_per_group=64, input_channels_per_task=16, gemm_k_per_task=16,
+                        output_k_per_task=10, filter_pairs_per_task=300)
+    graph = build_graph(spec, params)
+    lay = graph.layout
+    flops, nbytes = task_work(graph)
+    m, a, t, c = params.m, params.alpha, params.tiles_per_group, lay.c_stride
+    for task, rec in enumerate(graph.records.tolist()):
+        kind, idx = TaskType(rec[0]), rec[2]
+        if kind == TaskType.FILTER:
+            lo, hi = lay.filter_pair_range(idx)
+            want = ((hi - lo) * 2 * (9 * a + 3 * a * a), (hi - lo) * 4 * (9 + a * a))
+        elif kind == TaskType.INPUT:
+            lo, hi = lay.input_channel_range(idx)
+            want = (t * (hi - lo) * 4 * a ** 3, t * (hi - lo) * 4 * (m * m + a * a))
+        elif kind == TaskType.GEMM:
+            lo, hi = lay.gemm_k_range(lay.gemm_position_kblock(idx)[1])
+            kw = hi - lo
+            want = (2 * t * c * kw, 4 * (t * c + c * kw + t * kw))
+        else:
+            lo, hi = lay.output_k_range(idx)
+            want = (t * (hi - lo) * 2 * (m * a * a + m * m * a), t * (hi - lo) * 4 * (a * a + m * m))
+        assert (flops[task], nbytes[task]) == want, graph.describe_task(task)
+    gemm = graph.types == TaskType.GEMM
+    assert flops[gemm].sum() == 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride
+
+
+def test_roofline_picks_the_binding_ceiling():
+    graph = build_graph(MEDIUM)
+    flops, nbytes = task_work(graph)
+    compute = CostModel(bytes_per_s=1e30).task_costs(graph, workers=100)
+    memory = CostModel(flops_per_s=1e30).task_costs(graph, workers=100)
+    both = CostModel().task_costs(graph, workers=100)
+    assert np.allclose(compute, flops * 100 / 51.3e12 * 1e6)
+    assert np.allclose(memory, nbytes * 100 / 2.97e12 * 1e6)
+    assert np.allclose(both, np.maximum(compute, memory))
+    scaled = CostModel(scale={int(TaskType.GEMM): 3.0}).task_costs(graph, workers=100)
+    gemm = graph.types == TaskType.GEMM
+    assert np.allclose(scaled[gemm], 3 * both[gemm]) and np.allclose(scaled[~gemm], both[~gemm])
+    assert default_workers() == 264 == CostModel().workers
+
+
+@pytest.mark.parametrize("handoff", [1.0, 0.4])
+def test_calibrate_recovers_scale_and_handoff(handoff):
+    graph = build_graph(MEDIUM)
+    truth = CostModel(handoff_us=handoff, scale={int(TaskType.GEMM): 2.0, int(TaskType.OUTPUT): 0.5})
+    tl = simulate(graph, np.arange(graph.num_tasks), 64, cost_model=truth)
+    fitted = CostModel().calibrate(tl, graph)
+    assert fitted.scale[int(TaskType.GEMM)] == pytest.approx(2.0, rel=1e-6)
+    assert fitted.scale[int(TaskType.OUTPUT)] == pytest.approx(0.5, rel=1e-6)
+    assert fitted.scale[int(TaskType.INPUT)] == pytest.approx(1.0, rel=1e-6)
+    assert fitted.handoff_us == pytest.approx(handoff, rel=1e-6)
+    assert CostModel.from_trace(tl, graph) == fitted
+    again = simulate(graph, np.arange(graph.num_tasks), 64, cost_model=fitted)
+    assert again.makespan == pytest.approx(tl.makespan, rel=1e-9)
+
+
+def test_replay_measured_durations():
+    graph = build_graph(MEDIUM)
+    tl = simulate(graph, np.arange(graph.num_tasks), 16, cost_model=CostModel(scale={2: 1.7}))
+    replay = simulate(graph, np.arange(graph.num_tasks), 16, durations=tl.task_durations())
+    assert np.allclose(replay.end, tl.end) and np.array_equal(replay.worker, tl.worker)
+    with pytest.raises(ValueError, match="durations"):
+        simulate(graph, np.arange(graph.num_tasks), 16, durations=-tl.task_durations())
+
+
+def test_large_layer_is_fast():
+    graph = build_graph(LayerSpec(64, 256, 256, 112, 112))
+    assert graph.num_tasks > 60000
+    mapping = np.arange(graph.num_tasks)
+    t0 = time.perf_counter()
+    tl = simulate(graph, mapping, 264)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 3.0, f"simulate took {elapsed:.2f} s"
+    assert tl.tickets == graph.num_tasks and tl.makespan > 0
+    assert np.all(np.diff(tl.fetch) >= 0)
