@@ -10,7 +10,7 @@ atomicAdd and mapping read plus the acquire load of the counters: one hand-off
 latency is paid per ticket, whether or not it had to spin (H100: about 1.0 us).
 
 Because tickets are processed in order and every parent sits at an earlier
-ticket (checked first: :func:`check_mapping`), each task's parents' end times are
+ticket (checked first with :func:`megawino.mapping.validate_mapping`), each task's parents' end times are
 known when its ticket is processed; per counter the simulator keeps the latest
 end among its signallers.  Cost: one heap operation per ticket.
 """
@@ -21,6 +21,7 @@ import heapq
 
 import numpy as np
 
+from .mapping import validate_mapping
 from .tasks import TASK_RECORD_FIELDS, TaskType
 from .timeline import Timeline
 
@@ -145,52 +146,6 @@ def parents_end(graph, timeline: Timeline) -> np.ndarray:
     return ready
 
 
-def check_mapping(graph, mapping) -> np.ndarray:
-    """Return ``mapping`` as int64 after checking it is a permutation of the task ids
-    with every parent at an earlier ticket than its child; ValueError otherwise.
-
-    A child claimed before its parent spins on a counter that the parent's ticket
-    must complete; once every worker holds such a child no worker is left to claim
-    the parent, and the persistent kernel hangs.  That is reported as a deadlock.
-    """
-    mapping = np.asarray(mapping)
-    n = graph.num_tasks
-    if mapping.ndim != 1 or len(mapping) != n:
-        raise ValueError(f"mapping must list {n} tasks, got shape {mapping.shape}")
-    if not np.issubdtype(mapping.dtype, np.integer):
-        raise ValueError(f"mapping must hold integer task ids, got {mapping.dtype}")
-    mapping = mapping.astype(np.int64)
-    counts = np.bincount(np.clip(mapping, 0, n), minlength=n + 1)
-    if mapping.min(initial=0) < 0 or counts[n] or np.any(counts[:n] != 1):
-        bad = np.flatnonzero(counts[:n] != 1)
-        raise ValueError("mapping is not a permutation of the task ids"
-                         + (f" (task {int(bad[0])} appears {int(counts[bad[0]])} times)" if len(bad) else ""))
-    ticket_of = np.empty(n, dtype=np.int64)
-    ticket_of[mapping] = np.arange(n)
-    sig = graph.records[:, _SIGNAL]
-    has = sig >= 0
-    last = np.full(graph.layout.num_counters, -1, dtype=np.int64)   # latest signaller ticket per counter
-    np.maximum.at(last, sig[has], ticket_of[has])
-    worst = None
-    for col in (_WAIT_A, _WAIT_B):
-        c = graph.records[:, col].astype(np.int64)
-        bad = np.flatnonzero((c >= 0) & (last[np.maximum(c, 0)] > ticket_of))
-        if len(bad):
-            child = int(bad[np.argmin(ticket_of[bad])])
-            if worst is None or ticket_of[child] < ticket_of[worst[0]]:
-                worst = (child, int(c[child]))
-    if worst is not None:
-        child, counter = worst
-        parents = graph.counter_parents[counter]
-        later = parents[ticket_of[parents] > ticket_of[child]]
-        parent = int(later[np.argmin(ticket_of[later])])
-        raise ValueError(
-            f"deadlock: ticket {int(ticket_of[child])} ({graph.describe_task(child)}) waits on ticket "
-            f"{int(ticket_of[parent])} ({graph.describe_task(parent)}), which comes later in the mapping "
-            f"({len(later)} of its {len(parents)} parents on counter {counter} do)")
-    return mapping
-
-
 def simulate(graph, mapping, workers: int | None = None, cost_model: CostModel | None = None,
              durations=None, label: str = "") -> Timeline:
     """Simulate the persistent kernel running ``mapping`` (ticket -> task id) on
@@ -201,7 +156,8 @@ def simulate(graph, mapping, workers: int | None = None, cost_model: CostModel |
     workers = int(workers if workers is not None else model.workers)
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    mapping = check_mapping(graph, mapping)
+    validate_mapping(graph, mapping)   # the one validator: parents first, a permutation
+    mapping = np.asarray(mapping, dtype=np.int64)
     n = graph.num_tasks
     if durations is None:
         dur = model.task_costs(graph, workers=workers)

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from megawino.simulator import CostModel, check_mapping, default_workers, simulate, task_work
+from megawino.simulator import CostModel, default_workers, simulate, task_work
 from megawino.spec import LayerSpec
 from megawino.tasks import TaskParams, TaskType, build_graph
 
@@ -85,25 +85,25 @@ def test_child_before_parent_raises_naming_the_ticket():
     graph = build_graph(SMALL)
     first_gemm = int(graph.ids_of(TaskType.GEMM)[0])
     mapping = np.concatenate([[first_gemm], np.delete(np.arange(graph.num_tasks), first_gemm)])
-    with pytest.raises(ValueError, match=r"deadlock: ticket 0 \(GEMM g=0 j=0\) waits on ticket 1 \(FILTER #0\)"):
+    with pytest.raises(ValueError, match=r"ticket 0 \(GEMM g=0 j=0\) comes before its parent at ticket 1 \(FILTER #0\)"):
         simulate(graph, mapping, 4)
     # an output task placed before one of its GEMMs
     out = int(graph.ids_of(TaskType.OUTPUT)[0])
     last_gemm = int(graph.ids_of(TaskType.GEMM)[-1])
     mapping = np.arange(graph.num_tasks)
     mapping[[out, last_gemm]] = mapping[[last_gemm, out]]
-    with pytest.raises(ValueError, match=rf"deadlock: ticket {last_gemm} \(OUTPUT g=0 chunk=0\) "
-                                         rf"waits on ticket {out} \(GEMM g=0 j=35\)"):
-        check_mapping(graph, mapping)
+    with pytest.raises(ValueError, match=rf"ticket {last_gemm} \(OUTPUT g=0 chunk=0\) "
+                                         rf"comes before its parent at ticket {out} \(GEMM g=0 j=35\)"):
+        simulate(graph, mapping, 4)
 
 
 def test_mapping_must_be_a_permutation():
     graph = build_graph(SMALL)
-    with pytest.raises(ValueError, match="permutation"):
+    with pytest.raises(ValueError, match="repeats task"):
         simulate(graph, np.zeros(graph.num_tasks, dtype=int), 2)
-    with pytest.raises(ValueError, match="must list"):
+    with pytest.raises(ValueError, match="is missing"):
         simulate(graph, np.arange(graph.num_tasks - 1), 2)
-    with pytest.raises(ValueError, match="permutation"):
+    with pytest.raises(ValueError, match="outside"):
         simulate(graph, np.arange(1, graph.num_tasks + 1), 2)
 
 
