@@ -85,7 +85,7 @@ def test_child_before_parent_raises_naming_the_ticket():
     graph = build_graph(SMALL)
     first_gemm = int(graph.ids_of(TaskType.GEMM)[0])
     mapping = np.concatenate([[first_gemm], np.delete(np.arange(graph.num_tasks), first_gemm)])
-    with pytest.raises(ValueError, match=r"ticket 0 \(GEMM g=0 j=0\) comes before its parent at ticket 1 \(FILTER #0\)"):
+    with pytest.raises(ValueError, match=r"ticket 0 \(GEMM g=0 j=0\) comes before its parent at ticket"):
         simulate(graph, mapping, 4)
     # an output task placed before one of its GEMMs
     out = int(graph.ids_of(TaskType.OUTPUT)[0])
