@@ -1,0 +1,54 @@
+import json
+
+import pytest
+
+from megawino import tuning
+from megawino.mapping import MappingParams
+from megawino.spec import LayerSpec
+from megawino.tasks import Layout, TaskParams, build_graph
+from megawino.mapping import build_interleaved
+
+
+def test_gpu_key():
+    assert tuning.gpu_key("NVIDIA H100 80GB HBM3") == "h100"
+    assert tuning.gpu_key("NVIDIA H200") == "h200"
+    assert tuning.gpu_key("weird device!") == "weird-device"
+
+
+def test_heuristic_without_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "mapping_dir", lambda: tmp_path)
+    spec = LayerSpec(64, 64, 64, 56, 56)
+    params, mp, source = tuning.choose(spec, "h100")
+    assert source == "heuristic"
+    assert mp.dig == tuning.DEFAULT_WORKERS and mp.m == 4
+    build_interleaved(build_graph(spec, params), mp)   # valid
+
+
+def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
+    spec = LayerSpec(64, 64, 64, 56, 56)
+    table = {"layers": {}}
+    tuned = TaskParams(tiles_per_group=128, input_channels_per_task=16, gemm_k_per_task=64,
+                       output_k_per_task=16)
+    tuning.write_entry(table, spec, tuned, MappingParams(32, 96, 2), time_us=123.0)
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
+    params, mp, source = tuning.choose(spec, "h100")
+    assert (params, mp, source) == (tuned, MappingParams(32, 96, 2), "tuned")
+    # a layout change or a name does not change the shape key
+    assert tuning.choose(spec.with_(layout="NHWC", name="a"), "h100")[2] == "tuned"
+    # another shape borrows the nearest entry; the GEMM width is clamped to its K
+    params, mp, source = tuning.choose(LayerSpec(8, 64, 24, 30, 30), "h100")
+    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.m == 2
+    monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "missing.json"))
+    with pytest.raises(FileNotFoundError):
+        tuning.choose(spec, "h100")
+
+
+def test_candidate_space_is_valid():
+    spec = LayerSpec(2, 48, 40, 20, 20)
+    seen = 0
+    for params, mp in tuning.candidate_space(spec, workers=16):
+        assert mp.m <= Layout(spec, params).num_groups
+        seen += 1
+    assert seen > 4
