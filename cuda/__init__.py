@@ -1,1 +1,0 @@
-"""CUDA sources of megawino, installed as package data (megawino._cuda)."""

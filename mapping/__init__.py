@@ -1,1 +1,0 @@
-"""Tuned mapping tables per GPU model, installed as package data (megawino._mapping)."""
