@@ -2,17 +2,22 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
+import importlib.util
 import pathlib
 
 
 def _package_dir(package: str, fallback: str) -> pathlib.Path:
+    """The folder of a data package.  ``cuda/`` and ``mapping/`` have no
+    ``__init__.py`` on purpose: a regular package named ``cuda`` at the repository
+    root would hide CUDA Python's ``cuda`` namespace package, which CuPy imports."""
     try:
-        path = pathlib.Path(str(importlib.resources.files(package)))
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = pathlib.Path(location)
         if path.is_dir():
             return path
-    except (ModuleNotFoundError, TypeError):
-        pass
     return pathlib.Path(__file__).resolve().parent.parent / fallback
 
 
