@@ -11,7 +11,7 @@ def run_task(layout, buffers, group: int, index: int, tf) -> None:
     real = (c < layout.spec.C) & (k < layout.spec.K)
     G = tf.G.astype(np.float32)
     w = buffers.w[k[real], c[real]].astype(np.float32)           # [pairs][3][3]
-    u = np.einsum("ir,qrs,js->ijq", G, w, G).reshape(layout.alpha2, -1)
+    u = np.einsum("ir,qrs,js->ijq", G, w, G, optimize=True).reshape(layout.alpha2, -1)
     flat = buffers.U.reshape(layout.alpha2, -1)
     flat[:, q0:q1] = 0.0                                          # padding pairs hold zeros
     flat[:, q[real]] = u

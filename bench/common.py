@@ -1,0 +1,378 @@
+"""Shared helpers for the bench scripts: statistics, L2-rotation sizing, CUDA-event
+timing, JSON hygiene and cuDNN's legacy convolution API through ctypes.
+
+Importing this module needs neither CuPy nor PyTorch nor a GPU: everything that
+touches the device imports CuPy / PyTorch inside the function that needs it.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import statistics
+import time
+from typing import Callable, Iterable, Sequence
+
+MiB = 1 << 20
+L2_BYTES_DEFAULT = 50 * MiB      # H100 SXM; the device's own value is used when known
+
+
+# ---------------------------------------------------------------------------
+# Pure helpers (CPU-tested)
+# ---------------------------------------------------------------------------
+
+def _finite_positive(values: Iterable) -> list[float]:
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if math.isfinite(v) and v > 0:
+            out.append(float(v))
+    return out
+
+
+def median(values: Iterable) -> float | None:
+    """Median of the finite numbers in ``values`` (None where there are none)."""
+    vals = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)]
+    return statistics.median(vals) if vals else None
+
+
+def geomean(values: Iterable) -> float | None:
+    """Geometric mean of the finite positive numbers in ``values`` (None if none)."""
+    vals = _finite_positive(values)
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def ratio(num, den) -> float | None:
+    """num / den, or None when either is missing, non-finite or not positive."""
+    if not _finite_positive([num]) or not _finite_positive([den]):
+        return None
+    return float(num) / float(den)
+
+
+def tflops(flops, us) -> float | None:
+    """TFLOP/s of ``flops`` done in ``us`` microseconds."""
+    r = ratio(flops, us)
+    return None if r is None else r / 1e6
+
+
+def rotation_sets(bytes_per_set: int, l2_bytes: int = L2_BYTES_DEFAULT, factor: float = 3.0,
+                  min_sets: int = 2, max_sets: int = 64, budget_bytes: int | None = None) -> int:
+    """How many input sets to rotate among so that the L2 cannot serve repeats.
+
+    ceil(factor * L2 / bytes_per_set), capped by ``max_sets`` and by what fits in
+    ``budget_bytes``, and never fewer than ``min_sets``.
+    """
+    if bytes_per_set <= 0:
+        raise ValueError(f"bytes_per_set must be positive, got {bytes_per_set}")
+    n = math.ceil(factor * l2_bytes / bytes_per_set)
+    n = min(n, max_sets)
+    if budget_bytes is not None:
+        n = min(n, budget_bytes // bytes_per_set)
+    return int(max(min_sets, n))
+
+
+def json_clean(obj):
+    """A copy of ``obj`` that json.dump writes as standard JSON: non-finite floats
+    become the strings "nan" / "inf" / "-inf", NumPy scalars become Python numbers,
+    tuples become lists, unknown objects become their str()."""
+    if isinstance(obj, dict):
+        return {str(k): json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_clean(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "nan"
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    item = getattr(obj, "item", None)          # NumPy / CuPy 0-d values
+    if callable(item):
+        try:
+            return json_clean(item())
+        except Exception:
+            pass
+    return str(obj)
+
+
+def short_error(err: BaseException, limit: int = 300) -> str:
+    """One line: exception type and message, whitespace squeezed, truncated."""
+    text = re.sub(r"\s+", " ", f"{type(err).__name__}: {err}").strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------
+# CUDA-event timing (CuPy events on CuPy's current stream)
+# ---------------------------------------------------------------------------
+
+_SPIN_SOURCE = r"""
+extern "C" __global__ void bench_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+"""
+_spin_kernel = None
+
+
+def gpu_spin(ns: int) -> bool:
+    """Enqueue a one-thread kernel that keeps the stream busy for ``ns`` ns, so the
+    host can queue the timed launches behind it and the GPU then runs them back to
+    back (no launch gaps in the numbers). False when the kernel is not available."""
+    global _spin_kernel
+    if _spin_kernel is False:
+        return False
+    try:
+        import cupy
+        if _spin_kernel is None:
+            _spin_kernel = cupy.RawKernel(_SPIN_SOURCE, "bench_spin")
+        _spin_kernel((1,), (1,), (cupy.uint64(int(ns)),))
+        return True
+    except Exception:            # no NVRTC, or compilation failed: time without it
+        _spin_kernel = False
+        return False
+
+
+def time_cuda_stats(fn: Callable, inputs_list: Sequence, warmup: int = 5, reps: int = 20,
+                    spin_us_per_rep: float = 100.0, check: Callable | None = None) -> dict:
+    """Time ``fn(inputs)`` with CUDA events, rotating through ``inputs_list``.
+
+    ``warmup`` untimed calls first (module load, autotuning, compilation), then
+    ``reps`` calls, each between its own pair of events on CuPy's current stream
+    (PyTorch and cuDNN must run on that stream too: both use the legacy default
+    stream unless told otherwise). A spin kernel queued in front lets the host
+    run ahead of the GPU. Returns median / min / max / mean microseconds, the host
+    enqueue time per call and ``host_bound`` (the host could not stay ahead).
+    ``check()`` (e.g. a plan's watchdog check) runs after the warm-up and at the end.
+    """
+    import cupy
+    if not inputs_list:
+        raise ValueError("inputs_list is empty")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    n = len(inputs_list)
+    for i in range(warmup):
+        fn(inputs_list[i % n])
+    stream = cupy.cuda.get_current_stream()
+    stream.synchronize()
+    if check is not None:
+        check()
+    starts = [cupy.cuda.Event() for _ in range(reps)]
+    ends = [cupy.cuda.Event() for _ in range(reps)]
+    spin_ns = int(min(50e6, 1e6 + reps * spin_us_per_rep * 1e3))
+    spun = gpu_spin(spin_ns)
+    host0 = time.perf_counter()
+    for i in range(reps):
+        starts[i].record(stream)
+        fn(inputs_list[(warmup + i) % n])
+        ends[i].record(stream)
+    host_s = time.perf_counter() - host0
+    ends[-1].synchronize()
+    times = [cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in zip(starts, ends)]
+    total = cupy.cuda.get_elapsed_time(starts[0], ends[-1]) * 1e3
+    if check is not None:
+        check()
+    return {
+        "median_us": statistics.median(times),
+        "min_us": min(times),
+        "max_us": max(times),
+        "mean_us": total / reps,          # back-to-back throughput, gaps included
+        "reps": reps,
+        "warmup": warmup,
+        "sets": n,
+        "host_enqueue_us": host_s * 1e6 / reps,
+        "host_bound": (not spun) or host_s * 1e9 > spin_ns,
+    }
+
+
+def time_cuda(fn: Callable, inputs_list: Sequence, warmup: int = 5, reps: int = 20) -> float:
+    """Median microseconds of ``fn(inputs)`` (see :func:`time_cuda_stats`)."""
+    return time_cuda_stats(fn, inputs_list, warmup, reps)["median_us"]
+
+
+def gpu_rel_l2(out, ref, chunks: int = 8) -> float:
+    """||out - ref|| / ||ref|| in float64 on the GPU (CuPy arrays of one shape),
+    chunked along axis 0 to bound the float64 temporaries. NaN if out has NaN."""
+    import cupy
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"shapes differ: {tuple(out.shape)} vs {tuple(ref.shape)}")
+    num = den = 0.0
+    step = max(1, -(-out.shape[0] // chunks))
+    for i in range(0, out.shape[0], step):
+        o = out[i:i + step].astype(cupy.float64)
+        r = ref[i:i + step].astype(cupy.float64)
+        num += float(cupy.sum((o - r) ** 2))
+        den += float(cupy.sum(r * r))
+    return math.sqrt(num) / (math.sqrt(den) if den > 0 else 1.0)
+
+
+def free_gpu_memory() -> None:
+    """Return cached blocks of CuPy's pools and PyTorch's allocator to the driver."""
+    import gc
+    gc.collect()
+    try:
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+    except Exception:
+        pass
+    try:
+        import sys
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# cuDNN legacy convolution API through ctypes (the libcudnn.so.9 PyTorch loads)
+# ---------------------------------------------------------------------------
+
+CUDNN_ALGOS = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "direct": 3,
+               "fft": 4, "fft_tiling": 5, "winograd": 6, "winograd_nonfused": 7}
+CUDNN_FMA_MATH = 3
+_CUDNN_NCHW, _CUDNN_FLOAT, _CUDNN_CROSS_CORRELATION = 0, 0, 1
+
+
+def find_loaded_library(pattern: str = r"/libcudnn\.so\.9(\.[\d.]*)?$",
+                        maps_path: str = "/proc/self/maps") -> str | None:
+    """Path of the first mapped shared object whose path matches ``pattern``."""
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and re.search(pattern, parts[5].strip()):
+                    return parts[5].strip()
+    except OSError:
+        return None
+    return None
+
+
+class CudnnError(RuntimeError):
+    pass
+
+
+class CudnnLegacy:
+    """Minimal legacy-API cuDNN forward convolution (NCHW float32) via ctypes.
+
+    ``CudnnLegacy(lib_path)`` opens the library and creates a handle;
+    ``conv(spec, algo, stream)`` builds a :class:`CudnnConv`. Every status is
+    checked; failures raise CudnnError with cuDNN's error string.
+    """
+
+    def __init__(self, lib_path: str):
+        self.path = lib_path
+        self.lib = ctypes.CDLL(lib_path)
+        L, vp, i, sz = self.lib, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        ptr = ctypes.POINTER
+        sigs = {
+            "cudnnGetVersion": ([], sz),
+            "cudnnGetErrorString": ([i], ctypes.c_char_p),
+            "cudnnCreate": ([ptr(vp)], i), "cudnnDestroy": ([vp], i),
+            "cudnnSetStream": ([vp, vp], i),
+            "cudnnCreateTensorDescriptor": ([ptr(vp)], i),
+            "cudnnSetTensor4dDescriptor": ([vp, i, i, i, i, i, i], i),
+            "cudnnDestroyTensorDescriptor": ([vp], i),
+            "cudnnCreateFilterDescriptor": ([ptr(vp)], i),
+            "cudnnSetFilter4dDescriptor": ([vp, i, i, i, i, i, i], i),
+            "cudnnDestroyFilterDescriptor": ([vp], i),
+            "cudnnCreateConvolutionDescriptor": ([ptr(vp)], i),
+            "cudnnSetConvolution2dDescriptor": ([vp, i, i, i, i, i, i, i, i], i),
+            "cudnnSetConvolutionMathType": ([vp, i], i),
+            "cudnnDestroyConvolutionDescriptor": ([vp], i),
+            "cudnnGetConvolution2dForwardOutputDim": ([vp, vp, vp, ptr(i), ptr(i), ptr(i), ptr(i)], i),
+            "cudnnGetConvolutionForwardWorkspaceSize": ([vp, vp, vp, vp, vp, i, ptr(sz)], i),
+            "cudnnConvolutionForward": ([vp, vp, vp, vp, vp, vp, vp, i, vp, sz, vp, vp, vp], i),
+        }
+        for name, (args, res) in sigs.items():
+            f = getattr(L, name)
+            f.argtypes, f.restype = args, res
+        self.version = int(L.cudnnGetVersion())
+        self.handle = vp()
+        self._check(L.cudnnCreate(ctypes.byref(self.handle)), "cudnnCreate")
+        self._alpha, self._beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            try:
+                text = self.lib.cudnnGetErrorString(status).decode(errors="replace")
+            except Exception:
+                text = "?"
+            raise CudnnError(f"{what}: status {status} ({text})")
+
+    def conv(self, spec, algo: int, stream_ptr: int = 0,
+             math_type: int = CUDNN_FMA_MATH) -> "CudnnConv":
+        """Descriptors for ``spec`` (NCHW float32, dilation 1) and one algorithm."""
+        return CudnnConv(self, spec, algo, stream_ptr, math_type)
+
+    def close(self) -> None:
+        if self.handle:
+            self.lib.cudnnDestroy(self.handle)
+            self.handle = ctypes.c_void_p()
+
+
+class CudnnConv:
+    """One forward convolution: ``run(x_ptr, w_ptr, y_ptr, ws_ptr)``; ``workspace``
+    bytes; ``close()`` destroys the descriptors."""
+
+    def __init__(self, cudnn: CudnnLegacy, spec, algo: int, stream_ptr: int, math_type: int):
+        L, vp, c = cudnn.lib, ctypes.c_void_p, cudnn._check
+        self.cudnn, self.algo = cudnn, int(algo)
+        self.xd, self.yd, self.wd, self.cd = vp(), vp(), vp(), vp()
+        c(L.cudnnSetStream(cudnn.handle, vp(stream_ptr or None)), "cudnnSetStream")
+        c(L.cudnnCreateTensorDescriptor(ctypes.byref(self.xd)), "cudnnCreateTensorDescriptor")
+        c(L.cudnnCreateTensorDescriptor(ctypes.byref(self.yd)), "cudnnCreateTensorDescriptor")
+        c(L.cudnnCreateFilterDescriptor(ctypes.byref(self.wd)), "cudnnCreateFilterDescriptor")
+        c(L.cudnnCreateConvolutionDescriptor(ctypes.byref(self.cd)), "cudnnCreateConvolutionDescriptor")
+        c(L.cudnnSetTensor4dDescriptor(self.xd, _CUDNN_NCHW, _CUDNN_FLOAT,
+                                       spec.N, spec.C, spec.H, spec.W), "cudnnSetTensor4dDescriptor(x)")
+        c(L.cudnnSetFilter4dDescriptor(self.wd, _CUDNN_FLOAT, _CUDNN_NCHW,
+                                       spec.K, spec.C, spec.R, spec.S), "cudnnSetFilter4dDescriptor")
+        c(L.cudnnSetConvolution2dDescriptor(self.cd, spec.padding, spec.padding, spec.stride,
+                                            spec.stride, 1, 1, _CUDNN_CROSS_CORRELATION,
+                                            _CUDNN_FLOAT), "cudnnSetConvolution2dDescriptor")
+        c(L.cudnnSetConvolutionMathType(self.cd, math_type), "cudnnSetConvolutionMathType")
+        dims = [ctypes.c_int() for _ in range(4)]
+        c(L.cudnnGetConvolution2dForwardOutputDim(self.cd, self.xd, self.wd,
+                                                  *[ctypes.byref(d) for d in dims]),
+          "cudnnGetConvolution2dForwardOutputDim")
+        got, want = tuple(d.value for d in dims), (spec.N, spec.K, spec.out_h, spec.out_w)
+        if got != want:
+            raise CudnnError(f"cuDNN output dims {got} != expected {want}")
+        c(L.cudnnSetTensor4dDescriptor(self.yd, _CUDNN_NCHW, _CUDNN_FLOAT, *want),
+          "cudnnSetTensor4dDescriptor(y)")
+        ws = ctypes.c_size_t()
+        c(L.cudnnGetConvolutionForwardWorkspaceSize(cudnn.handle, self.xd, self.wd, self.cd, self.yd,
+                                                    self.algo, ctypes.byref(ws)),
+          f"cudnnGetConvolutionForwardWorkspaceSize(algo {algo})")
+        self.workspace = int(ws.value)
+        self._alpha = ctypes.addressof(cudnn._alpha)
+        self._beta = ctypes.addressof(cudnn._beta)
+
+    def run(self, x_ptr: int, w_ptr: int, y_ptr: int, ws_ptr: int) -> None:
+        L, vp = self.cudnn.lib, ctypes.c_void_p
+        self.cudnn._check(L.cudnnConvolutionForward(
+            self.cudnn.handle, vp(self._alpha), self.xd, vp(x_ptr), self.wd, vp(w_ptr), self.cd,
+            self.algo, vp(ws_ptr or None), self.workspace, vp(self._beta), self.yd, vp(y_ptr)),
+            f"cudnnConvolutionForward(algo {self.algo})")
+
+    def close(self) -> None:
+        L = self.cudnn.lib
+        for destroy, d in ((L.cudnnDestroyTensorDescriptor, self.xd),
+                           (L.cudnnDestroyTensorDescriptor, self.yd),
+                           (L.cudnnDestroyFilterDescriptor, self.wd),
+                           (L.cudnnDestroyConvolutionDescriptor, self.cd)):
+            if d:
+                destroy(d)
+        self.xd = self.yd = self.wd = self.cd = ctypes.c_void_p()

@@ -1,0 +1,516 @@
+"""Run the conv layers of a network (or any list of layers) and check them.
+
+The sweep logic behind ``megawino sweep``, usable from bench scripts:
+
+>>> from megawino import sweep
+>>> layers = sweep.select_layers("resnet50", batch=1)
+>>> result = sweep.run_sweep(layers, backend="cpu")
+>>> result.failures, result.total_ms
+
+Per layer: fresh float32 inputs (NumPy ``default_rng(seed)`` standard normal,
+never zeros), the layer run on the chosen backend (timed), and the relative
+L2 error of the output against the float64 direct convolution
+(:func:`megawino.winograd.direct_conv_nchw`) of the same float32 inputs.
+
+Backends:
+
+``cpu``  3x3 stride-1 layers run through the CPU executor (task list in the
+         interleaved mapping, default task and mapping parameters:
+         ``"cpu-executor"``); other layers through a NumPy float32 direct
+         convolution (``"cpu-direct"``).  Timings are CPU timings.
+``gpu``  3x3 stride-1 layers through ``runtime.plan`` (``"megakernel"``); other
+         layers through ``runtime.conv2d(..., algo="auto")`` (``"gpu-direct"``),
+         reported as skipped when that raises NotImplementedError.  Times are
+         CUDA-event medians after a warm-up run; the float64 reference is
+         computed on the GPU (same loop as ``direct_conv_nchw``).
+``auto`` ``gpu`` when the runtime imports and finds a GPU, else ``cpu``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .networks import NetworkLayer, network_layers
+from .spec import LayerSpec
+
+__all__ = [
+    "CPU_TOLERANCE", "GPU_TOLERANCE", "LayerResult", "SweepResult", "gpu_runtime", "gpu_status",
+    "resolve_backend", "select_layers", "random_inputs", "direct_conv_float32", "run_layer",
+    "run_sweep", "machine_info", "megawino_version",
+]
+
+CPU_TOLERANCE = 1e-5   # F(4x4, 3x3) float32 on the CPU executor (and the float32 direct conv)
+GPU_TOLERANCE = 3e-6   # on the GPU
+CPU_MAX_RUNS = 3       # CPU timing: best of up to this many runs ...
+CPU_BUDGET_S = 0.5     # ... while they take less than this in all
+SKIPPED_DIRECT = "skipped: direct path not built"
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+# ---------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------
+
+def megawino_version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version("megawino")
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from . import __version__
+        return str(__version__)
+    except ImportError:
+        return "unknown"
+
+
+def _cupy_problem() -> str:
+    """Why CuPy does not import ("" when it does, or when it is simply not installed)."""
+    try:
+        import cupy  # noqa: F401
+        return ""
+    except Exception as exc:
+        if isinstance(exc, ImportError) and getattr(exc, "name", None) == "cupy":
+            return ""
+        text = str(exc)
+        if "Original error:" in text:      # CuPy wraps the real error in a banner
+            text = text.split("Original error:", 1)[1].split("=====", 1)[0]
+        text = " ".join(text.split()) or type(exc).__name__
+        reason = f"CuPy does not import ({text})"
+        shadow = sys.modules.get("cuda")
+        where = getattr(shadow, "__file__", None)
+        if where and os.path.basename(where) == "__init__.py" and \
+                not os.path.isdir(os.path.join(os.path.dirname(where), "pathfinder")):
+            reason += f"; {where} shadows NVIDIA's 'cuda' namespace package"
+        return reason
+
+
+def gpu_status():
+    """(runtime module or None, why not): the runtime when it imports and sees a GPU.
+
+    Anything going wrong on the way (no runtime module yet, CuPy missing or
+    broken, no driver, no device) means "no GPU": the CPU path takes over.
+    """
+    try:
+        from . import runtime
+    except Exception as exc:   # ImportError, or a broken CuPy install raising anything
+        return None, f"the GPU runtime does not import ({type(exc).__name__}: {exc})"
+    try:
+        if runtime.gpu_available():
+            return runtime, ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    problem = _cupy_problem()
+    if problem:
+        return None, problem
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return None, "CuPy is not installed"
+    return None, "CuPy finds no CUDA device"
+
+
+def gpu_runtime():
+    """The ``megawino.runtime`` module when it imports and sees a GPU, else None."""
+    return gpu_status()[0]
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """``"cpu"`` or ``"gpu"``; ValueError for an unknown name or ``gpu`` without a GPU."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "cpu":
+        return "cpu"
+    available = gpu_runtime() is not None
+    if backend == "gpu" and not available:
+        raise ValueError("backend gpu: no GPU found (or the GPU runtime is not available); "
+                         "use --backend cpu or auto")
+    return "gpu" if available else "cpu"
+
+
+def machine_info(backend: str | None = None) -> dict:
+    """What ran the sweep: OS, CPU, Python and library versions, and the GPU when used."""
+    info = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    if backend == "gpu":
+        try:
+            import cupy
+            info["cupy"] = cupy.__version__
+            dev = cupy.cuda.Device()
+            props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+            name = props.get("name", b"")
+            info["gpu"] = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            info["gpu_sms"] = int(props.get("multiProcessorCount", 0)) or None
+            info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+            info["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+        except Exception as err:   # the sweep ran; don't lose its results over metadata
+            info["gpu_error"] = f"{type(err).__name__}: {err}"
+    return info
+
+
+# ---------------------------------------------------------------------------
+# Layer selection
+# ---------------------------------------------------------------------------
+
+def select_layers(network: str, batch: int = 1, resolution: int | None = None,
+                  all_layers: bool = False, names: Sequence[str] | None = None,
+                  layout: str = "NCHW") -> list[NetworkLayer]:
+    """Layers of ``network`` to sweep, in network order.
+
+    Default: the 3x3 stride-1 (Winograd) layers; ``all_layers``: every conv layer.
+    ``names`` picks layers by name, full (``resnet50.conv2_x``) or without the
+    network prefix (``conv2_x``), from all conv layers; ValueError (with close
+    matches) for a name the network lacks.
+    """
+    everything = network_layers(network, batch, resolution, winograd_only=False, layout=layout)
+    if not names:
+        return [l for l in everything if all_layers or l.spec.winograd_eligible]
+    by_name = {l.name: l for l in everything}
+    prefix = everything[0].name.split(".", 1)[0] + "." if everything else ""
+    wanted: list[str] = []
+    for raw in names:
+        name = raw.strip().lower()
+        if not name:
+            continue
+        full = name if name.startswith(prefix) else prefix + name
+        if full not in by_name:
+            import difflib
+            close = difflib.get_close_matches(full, list(by_name), n=4, cutoff=0.6)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            raise ValueError(f"{prefix[:-1]} has no layer {raw.strip()!r}{hint} "
+                             f"(`megawino layers {prefix[:-1]}` lists them)")
+        if full not in wanted:
+            wanted.append(full)
+    if not wanted:
+        raise ValueError("no layer names given")
+    return [by_name[n] for n in by_name if n in wanted]
+
+
+# ---------------------------------------------------------------------------
+# Inputs and direct convolution
+# ---------------------------------------------------------------------------
+
+def random_inputs(spec: LayerSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Standard-normal float32 x (NCHW, whatever the spec's layout) and w (KCRS)."""
+    x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W), dtype=np.float32)
+    w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
+    return x, w
+
+
+def _direct_conv(xp, x, w, stride: int, padding: int, dtype):
+    """``direct_conv_nchw``'s loop, for NumPy or CuPy arrays (``xp``)."""
+    n, c, h, wd = x.shape
+    k, c2, r, s = w.shape
+    if c != c2:
+        raise ValueError(f"input has C={c} channels but the filter expects C={c2}")
+    ho = (h + 2 * padding - r) // stride + 1
+    wo = (wd + 2 * padding - s) // stride + 1
+    xpad = xp.zeros((n, c, h + 2 * padding, wd + 2 * padding), dtype=dtype)
+    xpad[:, :, padding:padding + h, padding:padding + wd] = x
+    wt = w.astype(dtype)
+    y = xp.zeros((k, n, ho, wo), dtype=dtype)
+    for i in range(r):
+        for j in range(s):
+            window = xpad[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
+            y += xp.tensordot(wt[:, :, i, j], window, axes=([1], [1]))    # [k][n][ho][wo]
+    return xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
+
+
+def direct_conv_float32(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
+    """Direct convolution (cross-correlation) in float32 with NumPy, NCHW x KCRS -> NKHW:
+    the CPU path for layers the Winograd executor does not take (1x1, 7x7, strided)."""
+    return _direct_conv(np, np.asarray(x, dtype=np.float32), np.asarray(w, dtype=np.float32),
+                        stride, padding, np.float32)
+
+
+def _rel_l2(xp, out, ref) -> float:
+    out = out.astype(xp.float64)
+    ref = ref.astype(xp.float64)
+    denom = float(xp.linalg.norm(ref))
+    return float(xp.linalg.norm(out - ref)) / (denom if denom > 0 else 1.0)
+
+
+# ---------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class LayerResult:
+    name: str
+    spec: LayerSpec
+    count: int
+    backend: str                 # "megakernel", "gpu-direct", "cpu-executor", "cpu-direct", "skipped: ..."
+    time_ms: float | None        # best CPU run or median GPU run; None when skipped
+    rel_error: float | None      # rel. L2 error vs the float64 reference; None when skipped
+    tolerance: float | None
+    note: str = ""
+    error: str = ""              # the exception text when the layer failed to run
+
+    @property
+    def skipped(self) -> bool:
+        return self.time_ms is None and not self.error
+
+    @property
+    def passed(self) -> bool | None:
+        """None when skipped; False when it failed to run or its error is above the
+        tolerance (or NaN)."""
+        if self.error:
+            return False
+        if self.rel_error is None or self.tolerance is None:
+            return None
+        return bool(math.isfinite(self.rel_error) and self.rel_error <= self.tolerance)
+
+    @property
+    def tflops(self) -> float | None:
+        """Direct-equivalent TFLOP/s (direct FLOPs over the measured time)."""
+        if not self.time_ms:
+            return None
+        return self.spec.direct_flops / (self.time_ms * 1e-3) / 1e12
+
+    @property
+    def total_ms(self) -> float | None:
+        return None if self.time_ms is None else self.time_ms * self.count
+
+    def to_dict(self) -> dict:
+        s = self.spec
+        return {
+            "name": self.name, "count": self.count,
+            "N": s.N, "C": s.C, "K": s.K, "H": s.H, "W": s.W, "R": s.R, "S": s.S,
+            "stride": s.stride, "padding": s.padding, "layout": s.layout, "dtype": s.dtype,
+            "shape": s.shape_string, "direct_flops": s.direct_flops,
+            "backend": self.backend, "time_ms": _finite(self.time_ms),
+            "total_ms": _finite(self.total_ms), "rel_error": _finite(self.rel_error),
+            "tolerance": self.tolerance, "passed": self.passed, "tflops": _finite(self.tflops),
+            "note": self.note, "error": self.error or None,
+        }
+
+
+def _finite(value):
+    """JSON has no NaN / Infinity: those become null (``passed`` says false)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+@dataclasses.dataclass
+class SweepResult:
+    layers: list[LayerResult]
+    backend: str                                  # "cpu" or "gpu"
+    network: str | None = None
+    batch: int | None = None
+    resolution: int | None = None
+    seed: int = 0
+    machine: dict = dataclasses.field(default_factory=dict)
+    version: str = dataclasses.field(default_factory=megawino_version)
+    date: str = dataclasses.field(default_factory=lambda: datetime.datetime.now(
+        datetime.timezone.utc).isoformat(timespec="seconds"))
+    wall_s: float = 0.0
+
+    @property
+    def failures(self) -> list[LayerResult]:
+        return [r for r in self.layers if r.passed is False]
+
+    @property
+    def skipped(self) -> list[LayerResult]:
+        return [r for r in self.layers if r.skipped]
+
+    @property
+    def total_ms(self) -> float:
+        """Sum over the layers run of time x count (one pass of those layers)."""
+        return float(sum(r.total_ms for r in self.layers if r.total_ms is not None))
+
+    @property
+    def total_flops(self) -> int:
+        return sum(r.spec.direct_flops * r.count for r in self.layers if not r.skipped)
+
+    def to_dict(self) -> dict:
+        return {
+            "megawino_version": self.version, "date": self.date, "machine": self.machine,
+            "network": self.network, "batch": self.batch, "resolution": self.resolution,
+            "backend": self.backend, "seed": self.seed,
+            "reference": "float64 direct convolution of the same float32 inputs",
+            "time": f"CPU wall time, best of up to {CPU_MAX_RUNS} runs" if self.backend == "cpu"
+                    else "median of CUDA-event timed runs after a warm-up",
+            "layers": [r.to_dict() for r in self.layers],
+            "total_ms": self.total_ms, "total_direct_flops": self.total_flops,
+            "failures": [r.name for r in self.failures],
+            "skipped": [r.name for r in self.skipped],
+            "wall_s": round(self.wall_s, 3),
+        }
+
+    def write_json(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+            fh.write("\n")
+
+
+# ---------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------
+
+def _as_layer(layer) -> NetworkLayer:
+    if isinstance(layer, NetworkLayer):
+        return layer
+    if isinstance(layer, LayerSpec):
+        return NetworkLayer(layer, 1)
+    raise TypeError(f"expected a NetworkLayer or LayerSpec, got {type(layer).__name__}")
+
+
+def _to_layout(x_nchw, layout: str, xp):
+    return x_nchw if layout == "NCHW" else xp.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
+
+
+def _from_layout(y, layout: str, xp):
+    return y if layout == "NCHW" else xp.ascontiguousarray(y.transpose(0, 3, 1, 2))
+
+
+def _run_cpu(spec: LayerSpec, x: np.ndarray, w: np.ndarray, task_params=None,
+             mapping_params=None) -> tuple[str, float, np.ndarray]:
+    if spec.winograd_eligible:
+        from .executor import execute
+        from .mapping import MappingParams, build_interleaved
+        from .tasks import build_graph, default_params
+        graph = build_graph(spec, task_params if task_params is not None else default_params(spec))
+        order = build_interleaved(graph, mapping_params or MappingParams()).order
+        xin = _to_layout(x, spec.layout, np)
+        ms, y = _cpu_time_ms(lambda: execute(graph, order, xin, w).y)
+        return "cpu-executor", ms, _from_layout(y, spec.layout, np)
+    ms, y = _cpu_time_ms(lambda: direct_conv_float32(x, w, spec.stride, spec.padding))
+    return "cpu-direct", ms, y
+
+
+def _cpu_time_ms(fn, max_runs: int = CPU_MAX_RUNS, budget_s: float = CPU_BUDGET_S):
+    """(best wall time in ms, output of the first run): runs ``fn`` again, up to
+    ``max_runs`` times, while the time spent stays under ``budget_s`` (CPU timings
+    on a shared machine are noisy; the minimum is the most repeatable)."""
+    best, out, spent = math.inf, None, 0.0
+    for i in range(max_runs):
+        t0 = time.perf_counter()
+        y = fn()
+        elapsed = time.perf_counter() - t0
+        if out is None:
+            out = y
+        best, spent = min(best, elapsed), spent + elapsed
+        if spent + elapsed > budget_s:
+            break
+    return best * 1e3, out
+
+
+def _gpu_time_ms(fn, min_runs: int = 3, max_runs: int = 100, budget_s: float = 0.25) -> float:
+    import cupy
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times: list[float] = []
+    target = max_runs
+    for i in range(max_runs):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+        if i == 0:
+            runs = int(budget_s * 1e3 / max(times[0], 1e-3))
+            target = max(min_runs, min(max_runs, runs))
+        if len(times) >= target:
+            break
+    return float(np.median(times))
+
+
+def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray):
+    """(backend, time_ms, y as a CuPy NCHW array) or (skip message, None, None)."""
+    import cupy
+    xd = cupy.asarray(_to_layout(x, spec.layout, np))
+    wd = cupy.asarray(w)
+    if spec.winograd_eligible:
+        backend = "megakernel"
+        plan = runtime.plan(spec)
+        fn = lambda: plan(xd, wd)  # noqa: E731
+    else:
+        backend = "gpu-direct"
+        fn = lambda: runtime.conv2d(xd, wd, stride=spec.stride, padding=spec.padding,  # noqa: E731
+                                    algo="auto", layout=spec.layout)
+    try:
+        y = fn()                  # warm-up (compiles), and the output that is checked
+    except NotImplementedError:
+        return SKIPPED_DIRECT if backend == "gpu-direct" else "skipped: not built", None, None
+    y = cupy.array(y, copy=True)  # a plan may reuse its output buffer
+    cupy.cuda.Device().synchronize()
+    return backend, _gpu_time_ms(fn), _from_layout(y, spec.layout, cupy)
+
+
+def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
+              task_params=None, mapping_params=None) -> LayerResult:
+    """Run one layer (NetworkLayer or LayerSpec) on ``backend`` ("cpu" or "gpu";
+    "auto" resolves first) and check it against the float64 reference."""
+    layer = _as_layer(layer)
+    spec = layer.spec
+    backend = resolve_backend(backend)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    x, w = random_inputs(spec, rng)
+    name = spec.name or spec.shape_string
+    if backend == "cpu":
+        used, ms, y = _run_cpu(spec, x, w, task_params, mapping_params)
+        from .winograd import direct_conv_nchw, rel_l2
+        ref = direct_conv_nchw(x, w, spec.stride, spec.padding)
+        return LayerResult(name, spec, layer.count, used, ms, rel_l2(y, ref), CPU_TOLERANCE)
+    import cupy
+    runtime = gpu_runtime()
+    used, ms, y = _run_gpu(runtime, spec, x, w)
+    if ms is None:
+        return LayerResult(name, spec, layer.count, used, None, None, None)
+    ref = _direct_conv(cupy, cupy.asarray(x), cupy.asarray(w), spec.stride, spec.padding,
+                       cupy.float64)
+    err = _rel_l2(cupy, y, ref)
+    del ref
+    return LayerResult(name, spec, layer.count, used, ms, err, GPU_TOLERANCE)
+
+
+def run_sweep(layers: Iterable, backend: str = "auto", seed: int = 0,
+              on_start: Callable[[int, NetworkLayer], None] | None = None,
+              on_done: Callable[[int, LayerResult], None] | None = None,
+              network: str | None = None, batch: int | None = None,
+              resolution: int | None = None, keep_going: bool = True) -> SweepResult:
+    """Run every layer (each with inputs from ``default_rng(seed + i)``); callbacks
+    get the layer's position before and after it runs (for progress bars).
+    ``keep_going``: a layer that raises is recorded (backend "error", ``error`` set,
+    failed) and the sweep goes on; False re-raises."""
+    resolved = resolve_backend(backend)
+    layers = [_as_layer(l) for l in layers]
+    results = []
+    t0 = time.perf_counter()
+    for i, layer in enumerate(layers):
+        if on_start is not None:
+            on_start(i, layer)
+        try:
+            result = run_layer(layer, resolved, np.random.default_rng(seed + i))
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as exc:   # one broken layer must not lose the rest of the sweep
+            if not keep_going:
+                raise
+            result = LayerResult(layer.name, layer.spec, layer.count, "error", None, None, None,
+                                 error=f"{type(exc).__name__}: {exc}")
+        results.append(result)
+        if on_done is not None:
+            on_done(i, result)
+    return SweepResult(layers=results, backend=resolved, network=network, batch=batch,
+                       resolution=resolution, seed=seed, machine=machine_info(resolved),
+                       wall_s=time.perf_counter() - t0)

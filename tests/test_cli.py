@@ -1,0 +1,324 @@
+"""CPU tests of the ``megawino`` command line and the sweep logic behind it."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from megawino import sweep
+from megawino.cli import _strip_lines, main, resolve_layer
+from megawino.mapping import MappingParams, build_interleaved
+from megawino.networks import find_layer, network_layers
+from megawino.tasks import TaskType, build_graph
+from megawino.winograd import direct_conv_nchw, rel_l2
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(argv):
+    """(exit code, stdout text as an 80-column terminal shows it)."""
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    code = main(argv, console=console)
+    return code, console.export_text()
+
+
+def assert_fits_80(text):
+    long = [line for line in text.splitlines() if len(line) > 80]
+    assert not long, f"lines over 80 columns: {long[:3]}"
+
+
+# ---- layers -----------------------------------------------------------------
+
+def test_layers_lists_every_conv_and_marks_winograd():
+    code, text = run(["layers", "resnet50"])
+    assert code == 0
+    assert_fits_80(text)
+    rows = {line.split()[0]: line for line in text.splitlines()
+            if line.startswith("resnet50.")}
+    assert set(rows) == {l.name for l in network_layers("resnet50", 64, winograd_only=False)}
+    assert rows["resnet50.conv2_x"].split()[-1] == "yes"
+    assert rows["resnet50.conv1"].split()[-1] == "-"
+    # default batch 64: conv2_x is N64 C64 K64 56x56
+    assert rows["resnet50.conv2_x"].split()[1:6] == ["3", "64", "64", "64", "56x56"]
+
+
+def test_layers_winograd_filter_and_batch():
+    code, text = run(["layers", "vgg16", "--winograd", "--batch", "2"])
+    assert code == 0
+    names = [line.split()[0] for line in text.splitlines() if line.startswith("vgg16.")]
+    assert names == [l.name for l in network_layers("vgg16", 2)]
+    assert len(names) == 13
+
+
+def test_layers_unknown_network_exits_2(capsys):
+    assert main(["layers", "resnet5"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "resnet50" in err and "Traceback" not in err
+
+
+# ---- sweep ------------------------------------------------------------------
+
+def test_sweep_json_on_cpu(tmp_path):
+    out = tmp_path / "sweep.json"
+    code, text = run(["sweep", "resnet50", "--batch", "1", "--backend", "cpu",
+                      "--layers", "conv3_x,resnet50.conv2_x.1x1a", "--json", str(out)])
+    assert code == 0
+    assert_fits_80(text)
+    assert "running the CPU executor" in text and "conv3_x" in text
+    data = json.loads(out.read_text())
+    assert data["backend"] == "cpu" and data["batch"] == 1 and data["network"] == "resnet50"
+    assert data["megawino_version"] and data["date"] and data["machine"]["numpy"] == np.__version__
+    layers = {l["name"]: l for l in data["layers"]}
+    assert list(layers) == ["resnet50.conv2_x.1x1a", "resnet50.conv3_x"]   # network order
+    wino = layers["resnet50.conv3_x"]
+    assert wino["backend"] == "cpu-executor" and wino["count"] == 3
+    assert (wino["N"], wino["C"], wino["K"], wino["H"], wino["R"]) == (1, 128, 128, 28, 3)
+    direct = layers["resnet50.conv2_x.1x1a"]
+    assert direct["backend"] == "cpu-direct" and direct["R"] == 1
+    for layer in layers.values():
+        # random inputs (never zeros): the error is small but not exactly 0
+        assert 0 < layer["rel_error"] < 1e-5 and layer["passed"] is True
+        assert layer["time_ms"] > 0 and layer["tflops"] > 0
+    assert data["total_ms"] == pytest.approx(sum(l["time_ms"] * l["count"] for l in layers.values()))
+
+
+def test_sweep_error_above_threshold_exits_1(monkeypatch, capsys):
+    monkeypatch.setattr(sweep, "CPU_TOLERANCE", 1e-12)
+    console = Console(width=80, record=True, file=io.StringIO(), color_system="truecolor")
+    code = main(["sweep", "resnet50", "--batch", "1", "--backend", "cpu", "--layers", "conv3_x"],
+                console=console)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "rel. error threshold" in err and "resnet50.conv3_x" in err
+    # the failing row is drawn red
+    row = next(line for line in console.export_text(styles=True).splitlines()
+               if "conv3_x" in line)
+    assert "\x1b[31m" in row or ";31m" in row
+
+
+def test_sweep_keeps_going_after_a_broken_layer(monkeypatch, capsys):
+    real = sweep.run_layer
+
+    def flaky(layer, backend, seed):
+        if layer.name == "resnet50.conv3_x":
+            raise RuntimeError("megakernel watchdog: ticket 7 waited too long")
+        return real(layer, backend, seed)
+
+    monkeypatch.setattr(sweep, "run_layer", flaky)
+    result = sweep.run_sweep(sweep.select_layers("resnet50", 1, names=["conv3_x", "conv2_x.1x1a"]),
+                             "cpu")
+    broken, fine = result.layers[1], result.layers[0]
+    assert broken.backend == "error" and "watchdog" in broken.error and broken.passed is False
+    assert fine.passed is True and result.failures == [broken]
+    assert result.to_dict()["layers"][1]["error"].startswith("RuntimeError")
+    code, _ = run(["sweep", "resnet50", "--batch", "1", "--backend", "cpu", "--layers", "conv3_x"])
+    assert code == 1 and "watchdog" in capsys.readouterr().err
+
+
+def test_sweep_unknown_layer_name(capsys):
+    assert main(["sweep", "resnet50", "--layers", "conv2x", "--backend", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "resnet50.conv2_x" in err and "Traceback" not in err
+
+
+def test_select_layers():
+    default = sweep.select_layers("resnet50", 1)
+    assert [l.name for l in default] == [l.name for l in network_layers("resnet50", 1)]
+    everything = sweep.select_layers("resnet50", 1, all_layers=True)
+    assert len(everything) == len(network_layers("resnet50", 1, winograd_only=False))
+    picked = sweep.select_layers("resnet50", 1, names=["conv5_x", "resnet50.conv1", "conv5_x"])
+    assert [l.name for l in picked] == ["resnet50.conv1", "resnet50.conv5_x"]
+
+
+def test_direct_conv_float32_matches_reference():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 5, 11, 9), dtype=np.float32)
+    for r, stride, pad in ((1, 2, 0), (7, 2, 3), (3, 1, 1)):
+        w = rng.standard_normal((4, 5, r, r), dtype=np.float32)
+        y = sweep.direct_conv_float32(x, w, stride, pad)
+        ref = direct_conv_nchw(x, w, stride, pad)
+        assert y.dtype == np.float32 and y.shape == ref.shape
+        assert rel_l2(y, ref) < 1e-6
+
+
+def test_run_layer_nhwc_matches():
+    spec = find_layer("resnet50.conv5_x", 1).with_(layout="NHWC")
+    result = sweep.run_layer(spec, "cpu", seed=3)
+    assert result.backend == "cpu-executor" and result.passed
+    assert 0 < result.rel_error < 1e-5
+
+
+# ---- mapping ----------------------------------------------------------------
+
+def test_mapping_valid_and_counts():
+    code, text = run(["mapping", "n2c16k16h12w12", "--dig", "4", "--dgo", "8", "--m", "2"])
+    assert code == 0
+    assert_fits_80(text)
+    assert "valid" in text and "invalid" not in text
+    graph = build_graph(resolve_layer("n2c16k16h12w12"))
+    lay = graph.layout
+    counts = next(line for line in text.splitlines() if line.split()[:1] == [str(lay.num_filter_tasks)]
+                  and len(line.split()) == 7)
+    assert counts.split() == [str(v) for v in (lay.num_filter_tasks, lay.inputs_per_group,
+                                               lay.gemms_per_group, lay.outputs_per_group,
+                                               lay.num_groups, graph.num_tasks, lay.num_counters)]
+    # small layer: one character per ticket, in ticket order
+    order = build_interleaved(graph, MappingParams(4, 8, 2)).order
+    letters = "".join("FIGO"[t] for t in graph.types[order])
+    assert letters in text.replace("\n", "")
+
+
+def test_mapping_sequential_layer_name_default_batch():
+    code, text = run(["mapping", "resnet50.conv2_x", "--sequential"])
+    assert code == 0
+    assert_fits_80(text)
+    assert "N64 C64 K64" in text and "sequential" in text and "valid" in text
+
+
+@pytest.mark.parametrize("flag, value, what", [("--m", "0", "M"), ("--dig", "-1", "DIG"),
+                                                ("--dgo", "-5", "DGO")])
+def test_mapping_nonsense_parameters_exit_2(capsys, flag, value, what):
+    assert main(["mapping", "n2c16k16h12w12", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and what in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_mapping_non_integer_parameter_exits_2(capsys):
+    assert main(["mapping", "n2c16k16h12w12", "--dig", "1.5"]) == 2
+    assert "invalid int value" in capsys.readouterr().err
+
+
+def test_mapping_non_winograd_layer_exits_2(capsys):
+    assert main(["mapping", "resnet50.conv1"]) == 2
+    assert "3x3 stride-1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, expected", [("resnet50.conv2x", "resnet50.conv2_x"),
+                                            ("conv2_x", "resnet50.conv2_x"),
+                                            ("resnt50.conv2_x", "resnet50")])
+def test_unknown_layer_suggests_close_match(capsys, text, expected):
+    assert main(["mapping", text]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and expected in err and "Traceback" not in err
+
+
+def test_resolve_layer():
+    spec = resolve_layer("resnet50.conv3_x")
+    assert (spec.N, spec.C, spec.K, spec.H) == (64, 128, 128, 28)
+    assert resolve_layer("resnet50.conv3_x", batch=2).N == 2
+    shape = resolve_layer("n3c8k16h10w12", batch=5)
+    assert (shape.N, shape.C, shape.K, shape.H, shape.W) == (5, 8, 16, 10, 12)
+    with pytest.raises(ValueError, match="positive"):
+        resolve_layer("n0c8k16h10")
+    with pytest.raises(ValueError, match="resolution"):
+        resolve_layer("n1c8k16h10", resolution=224)
+
+
+def test_strip_buckets_fit_six_lines():
+    types = np.array([0] * 4 + [1, 2, 2, 2] * 500 + [3] * 100)
+    lines, per = _strip_lines(types, 80)
+    assert per == -(-len(types) // (80 * 6)) and 1 < per
+    assert len(lines) <= 6 and all(len(line) <= 80 for line in lines)
+    joined = "".join(line.plain for line in lines)
+    assert len(joined) == -(-len(types) // per)
+    # buckets of 5: FFFFI (mixed, F majority), then I G G G ... (mixed, G majority),
+    # then the pure output tail
+    assert per == 5 and joined == "f" + "g" * 400 + "O" * 20
+    one, per1 = _strip_lines(np.array([0, 1, 2, 3]), 80)
+    assert per1 == 1 and one[0].plain == "FIGO"
+
+
+# ---- timeline ---------------------------------------------------------------
+
+def test_timeline_export_perfetto(tmp_path):
+    path = tmp_path / "tmp.json"
+    code, text = run(["timeline", "resnet50.conv2_x", "--dig", "64", "--dgo", "128", "--m", "4",
+                      "--export", str(path)])
+    assert code == 0
+    assert_fits_80(text)
+    assert "makespan" in text and "cost model" in text
+    assert str(path) in text.replace("\n", "")
+    trace = json.loads(path.read_text())
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") != "wait"]
+    graph = build_graph(find_layer("resnet50.conv2_x", 64))
+    assert len(slices) == graph.num_tasks
+    assert {e["cat"] for e in slices} == {t.name for t in TaskType}
+
+
+def test_timeline_options_and_errors(capsys):
+    code, text = run(["timeline", "n2c16k16h12w12", "--sequential", "--workers", "4",
+                      "--lanes", "2", "--width", "60"])
+    assert code == 0
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "4 workers" in text
+    assert main(["timeline", "n2c16k16h12w12", "--workers", "0"]) == 2
+    assert main(["timeline", "n2c16k16h12w12", "--m", "0"]) == 2
+    assert "M must be" in capsys.readouterr().err
+
+
+def test_timeline_measured_without_gpu(capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "gpu_runtime", lambda: None)
+    assert main(["timeline", "n2c16k16h12w12", "--measured"]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
+
+
+# ---- info, entry points -----------------------------------------------------
+
+def test_info():
+    code, text = run(["info"])
+    assert code == 0
+    assert_fits_80(text)
+    for word in ("megawino", "numpy", "networkx", "rich", "cupy", "GPU", "nvcc"):
+        assert word in text
+    assert np.__version__ in text
+
+
+def test_python_m_megawino_help():
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               COLUMNS="80")
+    proc = subprocess.run([sys.executable, "-m", "megawino", "--help"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("layers", "sweep", "mapping", "timeline", "info"):
+        assert command in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "megawino", "mapping", "nonsense"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sweep_table_marks_skipped_layers(monkeypatch):
+    real = sweep.run_layer
+
+    def no_direct(layer, backend, seed):
+        if not layer.spec.winograd_eligible:
+            return sweep.LayerResult(layer.name, layer.spec, layer.count, sweep.SKIPPED_DIRECT,
+                                     None, None, None)
+        return real(layer, backend, seed)
+
+    monkeypatch.setattr(sweep, "run_layer", no_direct)
+    code, text = run(["sweep", "resnet50", "--batch", "1", "--backend", "cpu",
+                      "--layers", "conv1,conv3_x"])
+    assert code == 0                     # skipped is not failed
+    assert_fits_80(text)
+    row = next(line for line in text.splitlines() if line.startswith("conv1 "))
+    assert "skipped" in row
+    assert "skipped: direct path not built (1 layer)" in text
+
+
+@pytest.mark.gpu
+def test_sweep_on_gpu(tmp_path):
+    out = tmp_path / "gpu.json"
+    code, text = run(["sweep", "resnet50", "--batch", "2", "--backend", "gpu",
+                      "--layers", "conv4_x", "--json", str(out)])
+    assert code == 0, text
+    layer = json.loads(out.read_text())["layers"][0]
+    assert layer["backend"] == "megakernel" and 0 < layer["rel_error"] < sweep.GPU_TOLERANCE
+    assert layer["tflops"] > 0 and "TFLOP/s" in text
