@@ -10,11 +10,17 @@ import ctypes
 import math
 import re
 import statistics
-import time
-from typing import Callable, Iterable, Sequence
+import sys
+from pathlib import Path
+from typing import Iterable
 
-MiB = 1 << 20
-L2_BYTES_DEFAULT = 50 * MiB      # H100 SXM; the device's own value is used when known
+try:                      # the bench scripts run from a checkout as well as an install
+    import megawino  # noqa: F401
+except ImportError:
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from megawino.timing import (L2_BYTES_DEFAULT, MiB, gpu_rel_l2, gpu_spin, rotation_sets,  # noqa: F401
+                             time_cuda, time_cuda_stats)
 
 
 # ---------------------------------------------------------------------------
@@ -59,22 +65,6 @@ def tflops(flops, us) -> float | None:
     return None if r is None else r / 1e6
 
 
-def rotation_sets(bytes_per_set: int, l2_bytes: int = L2_BYTES_DEFAULT, factor: float = 3.0,
-                  min_sets: int = 2, max_sets: int = 64, budget_bytes: int | None = None) -> int:
-    """How many input sets to rotate among so that the L2 cannot serve repeats.
-
-    ceil(factor * L2 / bytes_per_set), capped by ``max_sets`` and by what fits in
-    ``budget_bytes``, and never fewer than ``min_sets``.
-    """
-    if bytes_per_set <= 0:
-        raise ValueError(f"bytes_per_set must be positive, got {bytes_per_set}")
-    n = math.ceil(factor * l2_bytes / bytes_per_set)
-    n = min(n, max_sets)
-    if budget_bytes is not None:
-        n = min(n, budget_bytes // bytes_per_set)
-    return int(max(min_sets, n))
-
-
 def json_clean(obj):
     """A copy of ``obj`` that json.dump writes as standard JSON: non-finite floats
     become the strings "nan" / "inf" / "-inf", NumPy scalars become Python numbers,
@@ -106,114 +96,6 @@ def short_error(err: BaseException, limit: int = 300) -> str:
     """One line: exception type and message, whitespace squeezed, truncated."""
     text = re.sub(r"\s+", " ", f"{type(err).__name__}: {err}").strip()
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-# ---------------------------------------------------------------------------
-# CUDA-event timing (CuPy events on CuPy's current stream)
-# ---------------------------------------------------------------------------
-
-_SPIN_SOURCE = r"""
-extern "C" __global__ void bench_spin(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(1000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-}
-"""
-_spin_kernel = None
-
-
-def gpu_spin(ns: int) -> bool:
-    """Enqueue a one-thread kernel that keeps the stream busy for ``ns`` ns, so the
-    host can queue the timed launches behind it and the GPU then runs them back to
-    back (no launch gaps in the numbers). False when the kernel is not available."""
-    global _spin_kernel
-    if _spin_kernel is False:
-        return False
-    try:
-        import cupy
-        if _spin_kernel is None:
-            _spin_kernel = cupy.RawKernel(_SPIN_SOURCE, "bench_spin")
-        _spin_kernel((1,), (1,), (cupy.uint64(int(ns)),))
-        return True
-    except Exception:            # no NVRTC, or compilation failed: time without it
-        _spin_kernel = False
-        return False
-
-
-def time_cuda_stats(fn: Callable, inputs_list: Sequence, warmup: int = 5, reps: int = 20,
-                    spin_us_per_rep: float = 100.0, check: Callable | None = None) -> dict:
-    """Time ``fn(inputs)`` with CUDA events, rotating through ``inputs_list``.
-
-    ``warmup`` untimed calls first (module load, autotuning, compilation), then
-    ``reps`` calls, each between its own pair of events on CuPy's current stream
-    (PyTorch and cuDNN must run on that stream too: both use the legacy default
-    stream unless told otherwise). A spin kernel queued in front lets the host
-    run ahead of the GPU. Returns median / min / max / mean microseconds, the host
-    enqueue time per call and ``host_bound`` (the host could not stay ahead).
-    ``check()`` (e.g. a plan's watchdog check) runs after the warm-up and at the end.
-    """
-    import cupy
-    if not inputs_list:
-        raise ValueError("inputs_list is empty")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    n = len(inputs_list)
-    for i in range(warmup):
-        fn(inputs_list[i % n])
-    stream = cupy.cuda.get_current_stream()
-    stream.synchronize()
-    if check is not None:
-        check()
-    starts = [cupy.cuda.Event() for _ in range(reps)]
-    ends = [cupy.cuda.Event() for _ in range(reps)]
-    spin_ns = int(min(50e6, 1e6 + reps * spin_us_per_rep * 1e3))
-    spun = gpu_spin(spin_ns)
-    host0 = time.perf_counter()
-    for i in range(reps):
-        starts[i].record(stream)
-        fn(inputs_list[(warmup + i) % n])
-        ends[i].record(stream)
-    host_s = time.perf_counter() - host0
-    ends[-1].synchronize()
-    times = [cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in zip(starts, ends)]
-    total = cupy.cuda.get_elapsed_time(starts[0], ends[-1]) * 1e3
-    if check is not None:
-        check()
-    return {
-        "median_us": statistics.median(times),
-        "min_us": min(times),
-        "max_us": max(times),
-        "mean_us": total / reps,          # back-to-back throughput, gaps included
-        "reps": reps,
-        "warmup": warmup,
-        "sets": n,
-        "host_enqueue_us": host_s * 1e6 / reps,
-        "host_bound": (not spun) or host_s * 1e9 > spin_ns,
-    }
-
-
-def time_cuda(fn: Callable, inputs_list: Sequence, warmup: int = 5, reps: int = 20) -> float:
-    """Median microseconds of ``fn(inputs)`` (see :func:`time_cuda_stats`)."""
-    return time_cuda_stats(fn, inputs_list, warmup, reps)["median_us"]
-
-
-def gpu_rel_l2(out, ref, chunks: int = 8) -> float:
-    """||out - ref|| / ||ref|| in float64 on the GPU (CuPy arrays of one shape),
-    chunked along axis 0 to bound the float64 temporaries. NaN if out has NaN."""
-    import cupy
-    if tuple(out.shape) != tuple(ref.shape):
-        raise ValueError(f"shapes differ: {tuple(out.shape)} vs {tuple(ref.shape)}")
-    num = den = 0.0
-    step = max(1, -(-out.shape[0] // chunks))
-    for i in range(0, out.shape[0], step):
-        o = out[i:i + step].astype(cupy.float64)
-        r = ref[i:i + step].astype(cupy.float64)
-        num += float(cupy.sum((o - r) ** 2))
-        den += float(cupy.sum(r * r))
-    return math.sqrt(num) / (math.sqrt(den) if den > 0 else 1.0)
 
 
 def free_gpu_memory() -> None:

@@ -622,9 +622,7 @@ class Bench:
 # ---------------------------------------------------------------------------
 
 def import_megawino():
-    """megawino, from the install or else from this checkout. CuPy is imported first:
-    the checkout's top-level cuda/ (a regular package) would otherwise shadow the
-    installed ``cuda`` namespace package that CuPy needs (cuda.pathfinder)."""
+    """megawino, from the install or else from this checkout."""
     try:
         import cupy  # noqa: F401
     except Exception:

@@ -209,7 +209,7 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
         result = sweep.run_sweep(
             layers, backend, seed=args.seed, network=network, batch=batch, resolution=resolution,
             on_start=lambda i, layer: progress.update(bar, description=layer.name),
-            on_done=lambda i, r: progress.advance(bar))
+            on_done=lambda i, r: progress.advance(bar), compare=args.compare)
 
     gpu = result.backend == "gpu"
     table = Table(title=f"{network} sweep: batch {batch}, {resolution}x{resolution}, "
@@ -228,6 +228,11 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
         total_tf = result.total_flops / (result.total_ms * 1e-3) / 1e12 if result.total_ms else None
         table.add_column("TFLOP/s", justify="right",
                          footer=f"{total_tf:.1f}" if total_tf else "—")
+    compared = gpu and args.compare == "cudnn"
+    if compared:
+        table.add_column("cuDNN", justify="right")
+        geo = result.geomean_speedup
+        table.add_column("×cuDNN", justify="right", footer=f"{geo:.2f} gm" if geo else "—")
     prefix = network + "."
     for r in result.layers:
         bad = r.passed is False
@@ -238,6 +243,8 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
                Text(_fmt_err(r.rel_error), style="bold red" if bad else "")]
         if gpu:
             row.append(f"{r.tflops:.1f}" if r.tflops is not None else "—")
+        if compared:
+            row += [_fmt_ms(r.cudnn_ms), f"{r.speedup:.2f}" if r.speedup else "—"]
         table.add_row(*row, style="red" if bad else None)
     out.print(table)
     for reason in dict.fromkeys(r.backend for r in result.layers if r.skipped):
@@ -246,7 +253,11 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
     tol = ", ".join(sorted({f"{r.tolerance:.0e}" for r in result.layers if r.tolerance}))
     out.print(Text(f"ms: {'median CUDA-event time' if gpu else 'best CPU wall time'}; total: "
                    f"sum of ms x count. rel. err: L2 vs float64 direct conv (threshold {tol or '—'})."
-                   + (" TFLOP/s: direct-equivalent." if gpu else ""), style="dim"))
+                   + (" TFLOP/s: direct-equivalent." if gpu else "")
+                   + (" cuDNN: float32 (TF32 off), best of NCHW and channels_last; ×cuDNN = "
+                      "cuDNN ms / ours, geomean in the total row." if compared else ""), style="dim"))
+    if args.compare == "cudnn" and not gpu:
+        out.print(Text("--compare cudnn needs a GPU: not compared", style="yellow"))
     if args.json:
         result.write_json(args.json)
         out.print(f"wrote {escape(args.json)}")
@@ -564,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): the GPU when there is one, else the CPU")
     p.add_argument("--json", metavar="PATH", default=None, help="write all results as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--compare", choices=("cudnn",), default=None,
+                   help="also time cuDNN float32 through PyTorch (GPU only) and show the ratio")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("mapping", help="task counts and ticket order of one layer")

@@ -241,13 +241,6 @@ def direct_conv_float32(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: 
                         stride, padding, np.float32)
 
 
-def _rel_l2(xp, out, ref) -> float:
-    out = out.astype(xp.float64)
-    ref = ref.astype(xp.float64)
-    denom = float(xp.linalg.norm(ref))
-    return float(xp.linalg.norm(out - ref)) / (denom if denom > 0 else 1.0)
-
-
 # ---------------------------------------------------------------------------
 # Results
 # ---------------------------------------------------------------------------
@@ -263,6 +256,12 @@ class LayerResult:
     tolerance: float | None
     note: str = ""
     error: str = ""              # the exception text when the layer failed to run
+    cudnn_ms: float | None = None   # cuDNN float32 best (NCHW / channels_last), --compare cudnn
+
+    @property
+    def speedup(self) -> float | None:
+        """cuDNN time over ours (> 1: we are faster)."""
+        return self.cudnn_ms / self.time_ms if self.cudnn_ms and self.time_ms else None
 
     @property
     def skipped(self) -> bool:
@@ -300,6 +299,7 @@ class LayerResult:
             "total_ms": _finite(self.total_ms), "rel_error": _finite(self.rel_error),
             "tolerance": self.tolerance, "passed": self.passed, "tflops": _finite(self.tflops),
             "note": self.note, "error": self.error or None,
+            "cudnn_ms": _finite(self.cudnn_ms), "speedup_vs_cudnn": _finite(self.speedup),
         }
 
 
@@ -339,6 +339,12 @@ class SweepResult:
         return float(sum(r.total_ms for r in self.layers if r.total_ms is not None))
 
     @property
+    def geomean_speedup(self) -> float | None:
+        """Geometric mean over the layers of cuDNN time / our time (--compare cudnn)."""
+        ratios = [r.speedup for r in self.layers if r.speedup]
+        return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+
+    @property
     def total_flops(self) -> int:
         return sum(r.spec.direct_flops * r.count for r in self.layers if not r.skipped)
 
@@ -352,6 +358,7 @@ class SweepResult:
                     else "median of CUDA-event timed runs after a warm-up",
             "layers": [r.to_dict() for r in self.layers],
             "total_ms": self.total_ms, "total_direct_flops": self.total_flops,
+            "geomean_speedup_vs_cudnn": self.geomean_speedup,
             "failures": [r.name for r in self.failures],
             "skipped": [r.name for r in self.skipped],
             "wall_s": round(self.wall_s, 3),
@@ -415,49 +422,51 @@ def _cpu_time_ms(fn, max_runs: int = CPU_MAX_RUNS, budget_s: float = CPU_BUDGET_
     return best * 1e3, out
 
 
-def _gpu_time_ms(fn, min_runs: int = 3, max_runs: int = 100, budget_s: float = 0.25) -> float:
-    import cupy
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times: list[float] = []
-    target = max_runs
-    for i in range(max_runs):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-        if i == 0:
-            runs = int(budget_s * 1e3 / max(times[0], 1e-3))
-            target = max(min_runs, min(max_runs, runs))
-        if len(times) >= target:
-            break
-    return float(np.median(times))
+def _rotation(cupy, first, spec: LayerSpec, rng: np.random.Generator) -> list:
+    """``first`` plus enough fresh random inputs that the L2 cannot serve repeats."""
+    from .timing import l2_bytes, rotation_sets
+    free = cupy.cuda.Device().mem_info[0]
+    sets = rotation_sets(first.nbytes, l2_bytes(), budget_bytes=min(2 << 30, free // 8))
+    return [first] + [cupy.asarray(_to_layout(random_inputs(spec, rng)[0], spec.layout, np))
+                      for _ in range(sets - 1)]
 
 
-def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray):
-    """(backend, time_ms, y as a CuPy NCHW array) or (skip message, None, None)."""
+def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray, rng: np.random.Generator,
+             compare: str | None = None):
+    """(backend, time_ms, y as a CuPy NCHW array, cuDNN ms or None), or (skip message, None,
+    None, None).  Timing: ``megawino.timing`` (rotated inputs, median of CUDA events)."""
     import cupy
+    from .timing import time_cuda_stats
     xd = cupy.asarray(_to_layout(x, spec.layout, np))
     wd = cupy.asarray(w)
+    y = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)    # poisoned
     if spec.winograd_eligible:
         backend = "megakernel"
         plan = runtime.plan(spec)
-        fn = lambda: plan(xd, wd)  # noqa: E731
+        fn, check = (lambda xs: plan(xs, wd, out=y, check=False)), plan.check  # noqa: E731
     else:
-        backend = "gpu-direct"
-        fn = lambda: runtime.conv2d(xd, wd, stride=spec.stride, padding=spec.padding,  # noqa: E731
-                                    algo="auto", layout=spec.layout)
+        backend, check = "gpu-direct", None
+        fn = lambda xs: runtime.conv2d(xs, wd, stride=spec.stride, padding=spec.padding,  # noqa: E731
+                                       algo="auto", layout=spec.layout)
     try:
-        y = fn()                  # warm-up (compiles), and the output that is checked
+        out = fn(xd)              # warm-up (compiles), and the output that is checked
     except NotImplementedError:
-        return SKIPPED_DIRECT if backend == "gpu-direct" else "skipped: not built", None, None
-    y = cupy.array(y, copy=True)  # a plan may reuse its output buffer
-    cupy.cuda.Device().synchronize()
-    return backend, _gpu_time_ms(fn), _from_layout(y, spec.layout, cupy)
+        return SKIPPED_DIRECT if backend == "gpu-direct" else "skipped: not built", None, None, None
+    if check is not None:
+        check()
+    out = cupy.array(out, copy=True)
+    xs = _rotation(cupy, xd, spec, rng)
+    ms = time_cuda_stats(fn, xs, check=check)["median_us"] / 1e3
+    cudnn_ms = None
+    if compare == "cudnn":
+        from .cudnn import cudnn_fp32_us
+        xs_nchw = [_from_layout(x_, spec.layout, cupy) for x_ in xs]
+        cudnn_ms = cudnn_fp32_us(spec, xs_nchw, wd)["best_us"] / 1e3
+    return backend, ms, _from_layout(out, spec.layout, cupy), cudnn_ms
 
 
 def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
-              task_params=None, mapping_params=None) -> LayerResult:
+              task_params=None, mapping_params=None, compare: str | None = None) -> LayerResult:
     """Run one layer (NetworkLayer or LayerSpec) on ``backend`` ("cpu" or "gpu";
     "auto" resolves first) and check it against the float64 reference."""
     layer = _as_layer(layer)
@@ -472,22 +481,24 @@ def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
         ref = direct_conv_nchw(x, w, spec.stride, spec.padding)
         return LayerResult(name, spec, layer.count, used, ms, rel_l2(y, ref), CPU_TOLERANCE)
     import cupy
+    from .timing import gpu_rel_l2
     runtime = gpu_runtime()
-    used, ms, y = _run_gpu(runtime, spec, x, w)
+    used, ms, y, cudnn_ms = _run_gpu(runtime, spec, x, w, rng, compare)
     if ms is None:
         return LayerResult(name, spec, layer.count, used, None, None, None)
     ref = _direct_conv(cupy, cupy.asarray(x), cupy.asarray(w), spec.stride, spec.padding,
                        cupy.float64)
-    err = _rel_l2(cupy, y, ref)
+    err = gpu_rel_l2(y, ref)
     del ref
-    return LayerResult(name, spec, layer.count, used, ms, err, GPU_TOLERANCE)
+    return LayerResult(name, spec, layer.count, used, ms, err, GPU_TOLERANCE, cudnn_ms=cudnn_ms)
 
 
 def run_sweep(layers: Iterable, backend: str = "auto", seed: int = 0,
               on_start: Callable[[int, NetworkLayer], None] | None = None,
               on_done: Callable[[int, LayerResult], None] | None = None,
               network: str | None = None, batch: int | None = None,
-              resolution: int | None = None, keep_going: bool = True) -> SweepResult:
+              resolution: int | None = None, keep_going: bool = True,
+              compare: str | None = None) -> SweepResult:
     """Run every layer (each with inputs from ``default_rng(seed + i)``); callbacks
     get the layer's position before and after it runs (for progress bars).
     ``keep_going``: a layer that raises is recorded (backend "error", ``error`` set,
@@ -500,7 +511,7 @@ def run_sweep(layers: Iterable, backend: str = "auto", seed: int = 0,
         if on_start is not None:
             on_start(i, layer)
         try:
-            result = run_layer(layer, resolved, np.random.default_rng(seed + i))
+            result = run_layer(layer, resolved, np.random.default_rng(seed + i), compare=compare)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as exc:   # one broken layer must not lose the rest of the sweep
