@@ -106,7 +106,7 @@ def test_sweep_error_above_threshold_exits_1(monkeypatch, capsys):
 def test_sweep_keeps_going_after_a_broken_layer(monkeypatch, capsys):
     real = sweep.run_layer
 
-    def flaky(layer, backend, seed):
+    def flaky(layer, backend, seed, compare=None):
         if layer.name == "resnet50.conv3_x":
             raise RuntimeError("megakernel watchdog: ticket 7 waited too long")
         return real(layer, backend, seed)
@@ -297,7 +297,7 @@ def test_python_m_megawino_help():
 def test_sweep_table_marks_skipped_layers(monkeypatch):
     real = sweep.run_layer
 
-    def no_direct(layer, backend, seed):
+    def no_direct(layer, backend, seed, compare=None):
         if not layer.spec.winograd_eligible:
             return sweep.LayerResult(layer.name, layer.spec, layer.count, sweep.SKIPPED_DIRECT,
                                      None, None, None)
