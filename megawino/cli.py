@@ -562,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--winograd", action="store_true", help="only the 3x3 stride-1 layers")
     p.set_defaults(func=cmd_layers)
 
+    from . import cli_tune
+    cli_tune.add_parser(sub)
+
     p = sub.add_parser("sweep", help="run and check the layers of a network")
     p.add_argument("network", metavar="NETWORK", help="vgg16, resnet50, yolov3, densenet161, alexnet")
     p.add_argument("--batch", type=int, default=None,

@@ -52,3 +52,22 @@ def test_candidate_space_is_valid():
         assert mp.m <= Layout(spec, params).num_groups
         seen += 1
     assert seen > 4
+
+
+def test_rank_by_simulation_orders_candidates():
+    from megawino.simulator import CostModel
+    from megawino.tune import rank_by_simulation
+    ranked = rank_by_simulation(LayerSpec(4, 32, 32, 24, 24), CostModel(), workers=16, top=5)
+    assert 1 <= len(ranked) <= 5
+    times = [r["predicted_us"] for r in ranked]
+    assert times == sorted(times) and times[0] > 0
+
+
+def test_summary_of_a_table():
+    from megawino.tune import summary
+    table = {"layers": {"a": {"speedup_vs_sequential": 1.2, "speedup_vs_default": 1.1,
+                              "simulator_error": 0.1},
+                        "b": {"speedup_vs_sequential": 0.9, "speedup_vs_default": 1.0,
+                              "simulator_error": 0.2}}}
+    s = summary(table)
+    assert s["beat_sequential"] == 1 and abs(s["geomean_speedup_vs_default"] - 1.1 ** 0.5) < 1e-9

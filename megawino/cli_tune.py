@@ -1,0 +1,77 @@
+"""``megawino tune``: search DIG, DGO, M and the task sizes on the GPU (see megawino.tune)."""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="tune mapping and task parameters on the GPU")
+    p.add_argument("target", metavar="TARGET",
+                   help="a network (every 3x3 stride-1 layer), a layer name or shape string, "
+                        "or 'suite' (the winograd suite of shared/suite/layers.json)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default 64)")
+    p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run (600)")
+    p.add_argument("--top", type=int, default=6, help="candidates measured per layer after "
+                                                        "simulation ranks them (6)")
+    p.add_argument("--reps", type=int, default=10, help="timed runs per candidate (10)")
+    p.add_argument("--out", metavar="PATH", default=None,
+                   help="table to write (default mapping/<gpu>.json, or $MEGAWINO_MAPPING)")
+    p.set_defaults(func=cmd_tune)
+
+
+def _targets(target: str, batch: int | None):
+    from .cli import DEFAULT_LAYER_BATCH, resolve_layer
+    from .networks import NETWORKS, load_suite, network_layers
+    batch_or_default = DEFAULT_LAYER_BATCH if batch is None else batch
+    if target == "suite":
+        return load_suite(suite="winograd", batch=batch)
+    if target.lower() in NETWORKS:
+        return [layer.spec for layer in network_layers(target.lower(), batch_or_default,
+                                                         winograd_only=True)]
+    return [resolve_layer(target, batch)]
+
+
+def cmd_tune(args, out: Console, err: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import tune
+    from .sweep import gpu_status
+    for name in ("budget", "top", "reps"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
+    specs = _targets(args.target, args.batch)
+    for spec in specs:
+        spec.require_winograd()
+    runtime, why = gpu_status()
+    if runtime is None:
+        raise ValueError(f"tuning measures on the GPU: {why or 'no GPU found'}")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err, transient=True)
+    with progress:
+        bar = progress.add_task("tune", total=len(specs))
+        table = tune.tune(specs, args.out, top=args.top, budget_s=args.budget, reps=args.reps,
+                          on_start=lambda i, s: progress.update(bar, description=s.name),
+                          on_done=lambda i, s, r: progress.advance(bar))
+    view = Table(title=f"tuned on {table['gpu']}", box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("layer", "t/grp", "DIG", "DGO", "M", "us", "×default", "×seq", "sim err"):
+        view.add_column(col, justify="left" if col == "layer" else "right")
+    wanted = {s.with_(layout="NCHW", name="").shape_string for s in specs}
+    for key, e in table["layers"].items():
+        if key not in wanted:
+            continue
+        view.add_row(e["name"] or key, str(e["params"]["tiles_per_group"]), str(e["mapping"]["dig"]),
+                     str(e["mapping"]["dgo"]), str(e["mapping"]["m"]), f"{e['time_us']:.1f}",
+                     f"{e['speedup_vs_default']:.2f}", f"{e['speedup_vs_sequential']:.2f}",
+                     f"{100 * e['simulator_error']:.0f}%")
+    out.print(view)
+    summary = tune.summary({"layers": {k: v for k, v in table["layers"].items() if k in wanted}})
+    if summary:
+        out.print(Text(f"beat sequential on {summary['beat_sequential']}/{summary['layers']}; "
+                       f"geomean ×{summary['geomean_speedup_vs_default']:.3f} over the untuned "
+                       f"default; median simulator makespan error "
+                       f"{100 * summary['median_simulator_error']:.0f}%", style="bold"))
+    out.print(f"wrote {table['path']}")
+    return 0

@@ -1,0 +1,165 @@
+"""The mapping tuner behind ``megawino tune`` and ``bench/tune.py``.
+
+For each layer (GPU required):
+1. run the heuristic choice once with tracing and calibrate the simulator's cost
+   model on that measured timeline (per-type scale, hand-off latency);
+2. simulate every candidate of :func:`megawino.tuning.candidate_space` with the
+   calibrated model and keep the ``top`` predicted ones;
+3. time those, the heuristic choice and the sequential mapping on the GPU with
+   :func:`megawino.timing.time_cuda_stats` (inputs rotated past the L2);
+4. write the winner, its time and its speed-ups over the heuristic and the
+   sequential mapping into the table (``mapping/<gpu>.json``).
+"""
+from __future__ import annotations
+
+__all__ = ["rank_by_simulation", "tune_layer", "tune", "summary"]
+
+import datetime
+import json
+import math
+import time
+
+import numpy as np
+
+from . import tuning
+from .mapping import build_interleaved
+from .simulator import CostModel, simulate
+from .spec import LayerSpec
+from .tasks import build_graph, default_params
+from .timeline import Timeline
+
+
+def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int) -> list[dict]:
+    """Candidates sorted by simulated makespan (two stages, so big layers stay fast:
+    task sizes first with the heuristic mapping, then mappings for the best two)."""
+    cands = list(tuning.candidate_space(spec, workers=workers))
+    by_params: dict = {}
+    for params, mp in cands:
+        by_params.setdefault(params, []).append(mp)
+    graphs = {p: build_graph(spec, p) for p in by_params}
+
+    def predict(params, mp) -> float:
+        graph = graphs[params]
+        order = build_interleaved(graph, mp).order
+        return simulate(graph, order, workers, model).makespan
+
+    stage1 = sorted(by_params, key=lambda p: predict(
+        p, tuning.default_mapping_params(graphs[p].layout, workers)))
+    ranked = [{"params": p, "mapping": mp, "predicted_us": predict(p, mp)}
+              for p in stage1[:2] for mp in by_params[p]]
+    ranked.sort(key=lambda r: r["predicted_us"])
+    return ranked[:top]
+
+
+def _inputs(cupy, spec: LayerSpec, rng):
+    from .timing import l2_bytes, rotation_sets
+    x_bytes = 4 * int(np.prod(spec.input_shape))
+    free = cupy.cuda.Device().mem_info[0]
+    sets = rotation_sets(x_bytes, l2_bytes(), budget_bytes=min(2 << 30, free // 8))
+    xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
+    w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
+    return xs, w
+
+
+def measure_us(runtime, spec, params, mapping, xs, w, reps: int = 10) -> float:
+    from .timing import time_cuda_stats
+    import cupy
+    plan = runtime.plan(spec, params=params, mapping=mapping)
+    out = cupy.empty(spec.output_shape, dtype=cupy.float32)
+    fn = lambda x: plan(x, w, out=out, check=False)  # noqa: E731
+    return time_cuda_stats(fn, xs, warmup=3, reps=reps, check=plan.check)["median_us"]
+
+
+def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int = 10,
+               deadline: float | None = None) -> dict:
+    """Tune one layer; returns the table entry's measured fields plus the winner."""
+    import cupy
+    rng = np.random.default_rng(seed)
+    xs, w = _inputs(cupy, spec, rng)
+    params, mp, source = tuning.choose(spec, key=None)       # the heuristic, not the table
+    traced = runtime.plan(spec, params=params, mapping=mp, trace=True)
+    traced(xs[0], w)
+    graph = traced.graph
+    timeline = Timeline.from_gpu_trace(traced.trace(), traced.order, graph, label=spec.name)
+    workers = int(traced.grid)
+    model = CostModel(residents_per_sm=max(1, traced.blocks_per_sm)).calibrate(timeline, graph)
+    predicted_default = simulate(graph, traced.order, workers, model).makespan
+    del traced
+    ranked = rank_by_simulation(spec, model, workers, top)
+
+    default_us = measure_us(runtime, spec, params, mp, xs, w, reps)
+    sequential_us = measure_us(runtime, spec, default_params(spec), "sequential", xs, w, reps)
+    best = {"params": params, "mapping": mp, "time_us": default_us, "predicted_us": predicted_default}
+    tried = 0
+    for cand in ranked:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        t = measure_us(runtime, spec, cand["params"], cand["mapping"], xs, w, reps)
+        tried += 1
+        if t < best["time_us"]:
+            best = dict(cand, time_us=t)
+    return {
+        "winner": best,
+        "time_us": best["time_us"],
+        "default_us": default_us,
+        "sequential_us": sequential_us,
+        "speedup_vs_default": default_us / best["time_us"],
+        "speedup_vs_sequential": sequential_us / best["time_us"],
+        "candidates_measured": tried,
+        "trace_makespan_us": float(timeline.makespan),
+        "simulated_makespan_us": float(predicted_default),
+        "simulator_error": float(abs(predicted_default - timeline.makespan) / timeline.makespan),
+    }
+
+
+def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int = 10,
+         on_start=None, on_done=None) -> dict:
+    """Tune every layer within ``budget_s`` seconds; writes/updates the JSON table."""
+    from . import runtime
+    import cupy
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    key = tuning.gpu_key(name)
+    path = out_path or tuning.table_path(key)
+    try:
+        table = json.loads(open(path).read())
+    except (FileNotFoundError, json.JSONDecodeError):
+        table = {"layers": {}}
+    table.update(gpu=name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
+                 .isoformat(timespec="seconds"), method=__doc__.split("\n\n", 1)[1].strip())
+    deadline = time.perf_counter() + budget_s
+    results = []
+    for i, spec in enumerate(specs):
+        if on_start:
+            on_start(i, spec)
+        if time.perf_counter() > deadline:
+            results.append((spec, None))
+            continue
+        per_layer = deadline - (budget_s / len(specs)) * (len(specs) - i - 1)
+        res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer)
+        win = res.pop("winner")
+        tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
+        with open(path, "w") as fh:
+            json.dump(table, fh, indent=1)
+            fh.write("\n")
+        results.append((spec, res))
+        if on_done:
+            on_done(i, spec, res)
+    table["path"] = str(path)
+    return table
+
+
+def summary(table: dict) -> dict:
+    entries = list(table["layers"].values())
+    if not entries:
+        return {}
+    geo = lambda vals: math.exp(sum(map(math.log, vals)) / len(vals))  # noqa: E731
+    return {
+        "layers": len(entries),
+        "beat_sequential": sum(e["speedup_vs_sequential"] > 1 for e in entries),
+        "geomean_speedup_vs_default": geo([e["speedup_vs_default"] for e in entries]),
+        "geomean_speedup_vs_sequential": geo([e["speedup_vs_sequential"] for e in entries]),
+        "median_simulator_error": float(np.median([e["simulator_error"] for e in entries])),
+    }
+
+
