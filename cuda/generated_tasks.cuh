@@ -26,4 +26,74 @@ constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int COUNTER_STRIDE = 32;
 
+
+// Winograd F(m x m, 3 x 3) 1-D transforms from megawino.winograd.transform(m)
+// (default points; coefficients are the nearest float32 of the exact fractions).
+#ifndef MW_WINO_FN
+#define MW_WINO_FN __device__ __forceinline__
+#endif
+template <int M> struct Wino;
+
+// F(2x2, 3x3), points {0, 1, -1, inf}
+template <> struct Wino<2> {
+  static constexpr int M = 2;
+  static constexpr int ALPHA = 4;
+  // input transform B^T: out[4] = BT in[4] (strides SI, SO)
+  template <int SI, int SO>
+  static MW_WINO_FN void bt(const float* in, float* out) {
+    out[0 * SO] = __fadd_rn(-in[0 * SI], in[2 * SI]);
+    out[1 * SO] = __fadd_rn(in[1 * SI], in[2 * SI]);
+    out[2 * SO] = __fadd_rn(-in[1 * SI], in[2 * SI]);
+    out[3 * SO] = __fadd_rn(-in[1 * SI], in[3 * SI]);
+  }
+  // filter transform G: out[4] = G in[3] (strides SI, SO)
+  template <int SI, int SO>
+  static MW_WINO_FN void g(const float* in, float* out) {
+    out[0 * SO] = -in[0 * SI];
+    out[1 * SO] = __fmaf_rn(0.5f, in[2 * SI], __fmaf_rn(0.5f, in[1 * SI], __fmul_rn(0.5f, in[0 * SI])));
+    out[2 * SO] = __fmaf_rn(0.5f, in[2 * SI], __fmaf_rn(-0.5f, in[1 * SI], __fmul_rn(0.5f, in[0 * SI])));
+    out[3 * SO] = in[2 * SI];
+  }
+  // output transform A^T: out[2] = AT in[4] (strides SI, SO)
+  template <int SI, int SO>
+  static MW_WINO_FN void at(const float* in, float* out) {
+    out[0 * SO] = __fadd_rn(__fadd_rn(in[0 * SI], in[1 * SI]), in[2 * SI]);
+    out[1 * SO] = __fadd_rn(__fsub_rn(in[1 * SI], in[2 * SI]), in[3 * SI]);
+  }
+};
+
+// F(4x4, 3x3), points {0, 1, -1, 1/2, -2, inf}
+template <> struct Wino<4> {
+  static constexpr int M = 4;
+  static constexpr int ALPHA = 6;
+  // input transform B^T: out[6] = BT in[6] (strides SI, SO)
+  template <int SI, int SO>
+  static MW_WINO_FN void bt(const float* in, float* out) {
+    out[0 * SO] = __fadd_rn(__fmaf_rn(1.5f, in[3 * SI], __fmaf_rn(-2.0f, in[2 * SI], __fmaf_rn(-1.5f, in[1 * SI], in[0 * SI]))), in[4 * SI]);
+    out[1 * SO] = __fadd_rn(__fmaf_rn(2.5f, in[3 * SI], __fmaf_rn(0.5f, in[2 * SI], -in[1 * SI])), in[4 * SI]);
+    out[2 * SO] = __fadd_rn(__fmaf_rn(0.5f, in[3 * SI], __fmaf_rn(-2.5f, in[2 * SI], in[1 * SI])), in[4 * SI]);
+    out[3 * SO] = __fadd_rn(__fmaf_rn(2.0f, in[3 * SI], __fsub_rn(__fmul_rn(-2.0f, in[1 * SI]), in[2 * SI])), in[4 * SI]);
+    out[4 * SO] = __fadd_rn(__fmaf_rn(-0.5f, in[3 * SI], __fsub_rn(__fmul_rn(0.5f, in[1 * SI]), in[2 * SI])), in[4 * SI]);
+    out[5 * SO] = __fadd_rn(__fmaf_rn(1.5f, in[4 * SI], __fmaf_rn(-2.0f, in[3 * SI], __fmaf_rn(-1.5f, in[2 * SI], in[1 * SI]))), in[5 * SI]);
+  }
+  // filter transform G: out[6] = G in[3] (strides SI, SO)
+  template <int SI, int SO>
+  static MW_WINO_FN void g(const float* in, float* out) {
+    out[0 * SO] = in[0 * SI];
+    out[1 * SO] = __fmaf_rn(0.333333343f, in[2 * SI], __fmaf_rn(0.333333343f, in[1 * SI], __fmul_rn(0.333333343f, in[0 * SI])));
+    out[2 * SO] = __fmaf_rn(-0.333333343f, in[2 * SI], __fmaf_rn(0.333333343f, in[1 * SI], __fmul_rn(-0.333333343f, in[0 * SI])));
+    out[3 * SO] = __fmaf_rn(-0.266666681f, in[2 * SI], __fmaf_rn(-0.533333361f, in[1 * SI], __fmul_rn(-1.06666672f, in[0 * SI])));
+    out[4 * SO] = __fmaf_rn(0.266666681f, in[2 * SI], __fmaf_rn(-0.13333334f, in[1 * SI], __fmul_rn(0.0666666701f, in[0 * SI])));
+    out[5 * SO] = in[2 * SI];
+  }
+  // output transform A^T: out[4] = AT in[6] (strides SI, SO)
+  template <int SI, int SO>
+  static MW_WINO_FN void at(const float* in, float* out) {
+    out[0 * SO] = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(in[0 * SI], in[1 * SI]), in[2 * SI]), in[3 * SI]), in[4 * SI]);
+    out[1 * SO] = __fmaf_rn(-2.0f, in[4 * SI], __fmaf_rn(0.5f, in[3 * SI], __fsub_rn(in[1 * SI], in[2 * SI])));
+    out[2 * SO] = __fmaf_rn(4.0f, in[4 * SI], __fmaf_rn(0.25f, in[3 * SI], __fadd_rn(in[1 * SI], in[2 * SI])));
+    out[3 * SO] = __fadd_rn(__fmaf_rn(-8.0f, in[4 * SI], __fmaf_rn(0.125f, in[3 * SI], __fsub_rn(in[1 * SI], in[2 * SI]))), in[5 * SI]);
+  }
+};
+
 }  // namespace mw

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pathlib
 
-from . import tasks
+import numpy as np
+
+from . import tasks, winograd
 
 HEADER_NAME = "generated_tasks.cuh"
 
@@ -36,10 +38,83 @@ def header_text() -> str:
         f"constexpr int GEMM_BLOCK_ROWS = {tasks.GEMM_BLOCK_ROWS};",
         f"constexpr int COUNTER_STRIDE = {tasks.COUNTER_STRIDE};",
         "",
-        "}  // namespace mw",
         "",
     ]
+    lines += winograd_lines()
+    lines += ["}  // namespace mw", ""]
     return "\n".join(lines)
+
+
+def _float_literal(value) -> str:
+    """The float32 nearest to an exact fraction, as a literal that round-trips (9 digits)."""
+    f = np.float32(float(value))
+    if f == 0:
+        return "0.0f"
+    text = f"{float(f):.9g}"
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + "f"
+
+
+def _apply_1d(name: str, matrix, doc: str) -> list[str]:
+    """out[i * SO] = sum_j matrix[i][j] * in[j * SI], zero terms dropped.
+
+    The sums are written with explicit round-to-nearest intrinsics (``__fmaf_rn``,
+    ``__fadd_rn``, ``__fsub_rn``, ``__fmul_rn``) in ascending j, so no compiler
+    contraction choice can make two kernels that inline the same transform round
+    differently: the megakernel and the non-fused kernels agree bit for bit."""
+    rows, cols = len(matrix), len(matrix[0])
+    out = [f"  // {doc}: out[{rows}] = {name.upper()} in[{cols}] (strides SI, SO)",
+           "  template <int SI, int SO>",
+           f"  static MW_WINO_FN void {name}(const float* in, float* out) {{"]
+    for i, row in enumerate(matrix):
+        expr = None
+        for j, c in enumerate(row):
+            if c == 0:
+                continue
+            src = f"in[{j} * SI]"
+            if expr is None:
+                if c == 1:
+                    expr = src
+                elif c == -1:
+                    expr = f"-{src}"
+                else:
+                    expr = f"__fmul_rn({_float_literal(c)}, {src})"
+            elif c == 1:
+                expr = f"__fadd_rn({expr}, {src})"
+            elif c == -1:
+                expr = f"__fsub_rn({expr}, {src})"
+            else:
+                expr = f"__fmaf_rn({_float_literal(c)}, {src}, {expr})"
+        out.append(f"    out[{i} * SO] = {expr if expr is not None else '0.0f'};")
+    out.append("  }")
+    return out
+
+
+def winograd_lines() -> list[str]:
+    """``mw::Wino<m>`` for m = 2 and 4: the 1-D transforms B^T, G, A^T of
+    :func:`megawino.winograd.transform` (default points), fully unrolled."""
+    lines = [
+        "// Winograd F(m x m, 3 x 3) 1-D transforms from megawino.winograd.transform(m)",
+        "// (default points; coefficients are the nearest float32 of the exact fractions).",
+        "#ifndef MW_WINO_FN",
+        "#define MW_WINO_FN __device__ __forceinline__",
+        "#endif",
+        "template <int M> struct Wino;",
+        "",
+    ]
+    for m in (2, 4):
+        tf = winograd.transform(m)
+        pts = ", ".join(str(p) for p in tf.points)
+        lines += [f"// F({m}x{m}, 3x3), points {{{pts}, inf}}",
+                  f"template <> struct Wino<{m}> {{",
+                  f"  static constexpr int M = {m};",
+                  f"  static constexpr int ALPHA = {tf.alpha};"]
+        lines += _apply_1d("bt", tf.BT_exact, "input transform B^T")
+        lines += _apply_1d("g", tf.G_exact, "filter transform G")
+        lines += _apply_1d("at", tf.AT_exact, "output transform A^T")
+        lines += ["};", ""]
+    return lines
 
 
 def header_path() -> pathlib.Path:

@@ -1,0 +1,171 @@
+// GEMM task (group g, j = position * k_blocks + K block):
+//   M[p][rows of g][K block] = V[p][rows of g][:] @ U[p][:][K block]
+// Mirrors megawino/stages/gemm.py.  float32 FFMA only.
+//
+// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 variant),
+// 256 threads, register micro-tile 8 x 4 (4 x 4), BK = 16, GEMM_STAGES-deep
+// cp.async pipeline (16-byte copies, L1 bypassed: .cg).
+//   As[stage][row][BK + 4]  (V rows, C contiguous; the +4 pad makes the four
+//                            rows a warp reads at one time hit distinct banks)
+//   Bs[stage][BK][64]       (U rows, K contiguous)
+// Thread (tr, tc) owns rows tr + 16 i and columns tc * 4 + [0, 4); a warp is
+// 4 row-threads x 8 column-threads, so each LDS.128 of a warp reads 4 distinct
+// A addresses and 8 consecutive B vectors (128 bytes): no bank conflicts.
+// Every output element is one reduction over k = 0 .. c_stride-1 in order, one
+// __fmaf_rn per k (zero-filled k beyond c_stride adds +0): no split-K, no
+// atomics, the same bits for every mapping and both executors.
+#pragma once
+
+#include "generated_tasks.cuh"
+#include "params.cuh"
+
+namespace mw {
+
+constexpr int BLOCK_THREADS = 256;
+constexpr int GEMM_BM = 128;
+constexpr int GEMM_BN = 64;
+constexpr int GEMM_BK = 16;
+constexpr int GEMM_STAGES = 3;
+constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
+constexpr int GEMM_BS_STRIDE = GEMM_BN;
+
+static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
+static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
+
+struct GemmSmem {
+  float A[GEMM_STAGES][GEMM_BM * GEMM_AS_STRIDE];
+  float B[GEMM_STAGES][GEMM_BK * GEMM_BS_STRIDE];
+};
+
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;   // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// One (MI*16) x 64 output tile: rows [row0, row0 + MI*16) of Vp / Mp, columns
+// [col0, col0 + 64) of Up / Mp, columns >= col_end predicated off.
+template <int MI>
+__device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
+                                          long long row0, int col0, int col_end, int c_stride,
+                                          int k_stride) {
+  constexpr int ROWS = MI * 16;
+  constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);              // 16-byte chunks per stage
+  constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;      // 2 or 1
+  static_assert(A_CHUNKS % BLOCK_THREADS == 0, "A chunks");
+  static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int tr = (warp >> 1) * 4 + (lane >> 3);   // 0..15
+  const int tc = (warp & 1) * 8 + (lane & 7);     // 0..15
+
+  // Copy assignments (fixed per thread).
+  int a_row[A_PER_THREAD], a_ch[A_PER_THREAD];
+#pragma unroll
+  for (int r = 0; r < A_PER_THREAD; ++r) {
+    const int id = tid + r * BLOCK_THREADS;
+    a_row[r] = id >> 2;
+    a_ch[r] = (id & 3) * 4;
+  }
+  const int b_k = tid >> 4;            // 0..15
+  const int b_col = (tid & 15) * 4;    // 0..60
+  const bool b_col_ok = col0 + b_col < col_end;
+  const float* a_src[A_PER_THREAD];
+#pragma unroll
+  for (int r = 0; r < A_PER_THREAD; ++r) a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch[r];
+  const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
+
+  const int k_tiles = (c_stride + GEMM_BK - 1) / GEMM_BK;
+
+  auto load_stage = [&](int kt, int stage) {
+    const int kbase = kt * GEMM_BK;
+#pragma unroll
+    for (int r = 0; r < A_PER_THREAD; ++r) {
+      const bool ok = kbase + a_ch[r] < c_stride;
+      cp_async16(&sm.A[stage][a_row[r] * GEMM_AS_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
+    }
+    const bool ok = b_col_ok && kbase + b_k < c_stride;
+    cp_async16(&sm.B[stage][b_k * GEMM_BS_STRIDE + b_col],
+               ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
+  };
+
+  float acc[MI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<GEMM_STAGES - 2>();
+    __syncthreads();   // stage kt visible to all; stage kt-1 no longer read by anyone
+    {
+      const int nk = kt + GEMM_STAGES - 1;
+      if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
+      cp_async_commit();
+    }
+    const int stage = kt % GEMM_STAGES;
+    const float* As = sm.A[stage];
+    const float* Bs = sm.B[stage];
+#pragma unroll
+    for (int kk = 0; kk < GEMM_BK; kk += 4) {
+      float4 a[MI], b[4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        a[i] = *reinterpret_cast<const float4*>(As + (tr + 16 * i) * GEMM_AS_STRIDE + kk);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        b[j] = *reinterpret_cast<const float4*>(Bs + (kk + j) * GEMM_BS_STRIDE + tc * 4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          const float av = j == 0 ? a[i].x : j == 1 ? a[i].y : j == 2 ? a[i].z : a[i].w;
+          acc[i][0] = __fmaf_rn(av, b[j].x, acc[i][0]);
+          acc[i][1] = __fmaf_rn(av, b[j].y, acc[i][1]);
+          acc[i][2] = __fmaf_rn(av, b[j].z, acc[i][2]);
+          acc[i][3] = __fmaf_rn(av, b[j].w, acc[i][3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();   // shared memory free for the next tile / task
+
+  if (col0 + tc * 4 < col_end) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      float* dst = Mp + (row0 + tr + 16 * i) * k_stride + col0 + tc * 4;
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
+  const int kb = index % static_cast<int>(p.k_blocks);
+  const int pos = index / static_cast<int>(p.k_blocks);
+  const int k0 = kb * static_cast<int>(p.gemm_k_per_task);
+  const int k1 = min(static_cast<int>(p.k_stride), k0 + static_cast<int>(p.gemm_k_per_task));
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const long long t0 = static_cast<long long>(group) * tpg;
+  const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
+  const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.tiles_padded * c_stride;
+  const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
+  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
+  for (int col = k0; col < k1; col += GEMM_BN) {
+    int r = 0;
+    for (; r + 128 <= tpg; r += 128) gemm_tile<8>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile<4>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+  }
+}
+
+}  // namespace mw

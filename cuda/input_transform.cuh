@@ -1,0 +1,189 @@
+// INPUT task (group g, channel chunk): V[:, tiles of g, chunk] = B^T d B for each
+// (tile, channel) of the task, d the alpha x alpha input window at rows
+// th*m - pad + [0, alpha), cols tw*m - pad + [0, alpha), zero outside the image.
+// Padding tiles (t >= tiles) and padding channels (c >= C) get zeros.
+// Mirrors megawino/stages/input_transform.py.
+//
+// Default, both layouts (input_transform_task): threads take (tile, channel) items with 8 channels
+// fastest, then tiles: one warp covers 4 tiles x 8 channels, so every V store of
+// a warp fills four whole 32-byte sectors and the loads read whole sectors too.
+// NCHW, with -DMW_STAGED_NCHW only (input_transform_task_staged; measured slower in
+// the megakernel, bench/NOTES.md experiment 2): a warp takes 32 consecutive tiles of one
+// channel (loads run along image rows), the block stages 32 tiles x 8 channels x
+// alpha^2 values in shared memory, then writes V as 16-byte vectors (8 channels
+// of a tile = one 32-byte sector).
+#pragma once
+
+#include "generated_tasks.cuh"
+#include "params.cuh"
+
+namespace mw {
+
+struct TileCoord {
+  int n, th, tw;
+};
+
+__device__ __forceinline__ TileCoord tile_coord(const Params& p, long long t) {
+  const int per_image = static_cast<int>(p.tiles_h * p.tiles_w);
+  const int tt = static_cast<int>(t);
+  TileCoord tc;
+  tc.n = tt / per_image;
+  const int rest = tt - tc.n * per_image;
+  tc.th = rest / static_cast<int>(p.tiles_w);
+  tc.tw = rest - tc.th * static_cast<int>(p.tiles_w);
+  return tc;
+}
+
+template <int M, bool NHWC>
+__device__ __forceinline__ void input_transform_task(const Params& p, const float* x, int group,
+                                                     int index) {
+  constexpr int A = M + 2;
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.input_channels_per_task);
+  const int c0 = index * per;
+  const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
+  const int ncg = (c1 - c0 + 7) >> 3;
+  const int items = tpg * ncg * 8;
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
+  const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
+  float* V = reinterpret_cast<float*>(p.V);
+
+  for (int w = threadIdx.x; w < items; w += blockDim.x) {
+    const int cl = w & 7;
+    const int rest = w >> 3;
+    const int cg = rest / tpg;
+    const int tl = rest - cg * tpg;
+    const int c = c0 + cg * 8 + cl;
+    if (c >= c1) continue;
+    const long long t = t_base + tl;
+    float d[A * A];
+    if (c < C && t < p.tiles) {
+      const TileCoord tc = tile_coord(p, t);
+      const int r0 = tc.th * M - static_cast<int>(p.pad);
+      const int q0 = tc.tw * M - static_cast<int>(p.pad);
+#pragma unroll
+      for (int i = 0; i < A; ++i) {
+        const int r = r0 + i;
+        const bool row_in = r >= 0 && r < H;
+#pragma unroll
+        for (int j = 0; j < A; ++j) {
+          const int q = q0 + j;
+          float v = 0.0f;
+          if (row_in && q >= 0 && q < W) {
+            const long long off = NHWC
+                ? ((static_cast<long long>(tc.n) * H + r) * W + q) * C + c
+                : ((static_cast<long long>(tc.n) * C + c) * H + r) * W + q;
+            v = x[off];
+          }
+          d[i * A + j] = v;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < A * A; ++i) d[i] = 0.0f;
+    }
+    float tmp[A * A];
+#pragma unroll
+    for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+    float v[A * A];
+#pragma unroll
+    for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
+    float* dst = V + t * p.c_stride + c;
+#pragma unroll
+    for (int q = 0; q < A * A; ++q) dst[q * plane] = v[q];
+  }
+}
+
+// Shared floats the staged transforms need: alpha^2 x 8 channels x 32 tiles.
+template <int M>
+struct StageSize {
+  static constexpr int value = (M + 2) * (M + 2) * 8 * 32;
+};
+
+// Tile-major window load + transform of one (tile, channel): v = B^T d B.
+template <int M>
+__device__ __forceinline__ void input_window_transform_nchw(const Params& p, const float* x, long long t,
+                                                            int c, float* v) {
+  constexpr int A = M + 2;
+  const int H = static_cast<int>(p.H), W = static_cast<int>(p.W);
+  float d[A * A];
+  if (c < p.C && t < p.tiles) {
+    const TileCoord tc = tile_coord(p, t);
+    const int r0 = tc.th * M - static_cast<int>(p.pad);
+    const int q0 = tc.tw * M - static_cast<int>(p.pad);
+    const float* plane = x + (static_cast<long long>(tc.n) * p.C + c) * H * W;
+#pragma unroll
+    for (int i = 0; i < A; ++i) {
+      const int r = r0 + i;
+      const bool row_in = r >= 0 && r < H;
+      const float* row = plane + static_cast<long long>(r) * W;
+#pragma unroll
+      for (int j = 0; j < A; ++j) {
+        const int q = q0 + j;
+        d[i * A + j] = (row_in && q >= 0 && q < W) ? row[q] : 0.0f;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < A * A; ++i) d[i] = 0.0f;
+  }
+  float tmp[A * A];
+#pragma unroll
+  for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);
+#pragma unroll
+  for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);
+}
+
+// NCHW input task through shared memory (sbuf: StageSize<M>::value floats).
+// Block-uniform loop over sub-chunks of 32 tiles x 8 channels.
+template <int M>
+__device__ __forceinline__ void input_transform_task_staged(const Params& p, const float* x, int group,
+                                                            int index, float* sbuf) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.input_channels_per_task);
+  const int c0 = index * per;
+  const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
+  const int n_oct = (c1 - c0 + 7) >> 3;
+  const int n_ts = tpg >> 5;                  // tpg is a multiple of 64
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.c_stride;
+  float* V = reinterpret_cast<float*>(p.V);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;   // warp = channel of the octet
+
+  for (int sub = 0; sub < n_ts * n_oct; ++sub) {
+    const int oct = sub / n_ts;
+    const long long t_sub = t_base + static_cast<long long>(sub - oct * n_ts) * 32;
+    const int cc0 = c0 + oct * 8;             // first channel of the octet
+    {
+      const int c = cc0 + warp;
+      if (c < c1) {
+        float v[AA];
+        input_window_transform_nchw<M>(p, x, t_sub + lane, c, v);
+#pragma unroll
+        for (int q = 0; q < AA; ++q) sbuf[(q * 8 + warp) * 32 + lane] = v[q];
+      }
+    }
+    __syncthreads();
+    // Write out: element e -> (position q, tile, half of the octet); 4 channels each.
+    for (int e = threadIdx.x; e < AA * 64; e += blockDim.x) {
+      const int q = e >> 6;
+      const int tile = (e >> 1) & 31;
+      const int half = e & 1;
+      const int cc = cc0 + half * 4;
+      if (cc >= c1) continue;
+      const float* s = sbuf + (q * 8 + half * 4) * 32 + tile;
+      float* dst = V + q * plane + (t_sub + tile) * p.c_stride + cc;
+      if (cc + 4 <= c1 && (cc & 3) == 0) {
+        *reinterpret_cast<float4*>(dst) = make_float4(s[0], s[32], s[64], s[96]);
+      } else {
+        for (int i = 0; i < 4 && cc + i < c1; ++i) dst[i] = s[i * 32];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace mw

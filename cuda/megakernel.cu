@@ -1,0 +1,58 @@
+// The persistent Winograd megakernel: every block loops taking tickets
+// (scheduler.cuh) and running the task's device function.
+// Compile-time variants: MW_M (2 or 4), MW_NHWC (0 or 1), MW_TRACE (defined or not);
+// MW_STAGED_NCHW (off by default) selects the shared-memory-staged NCHW transforms,
+// measured slower in the megakernel (bench/NOTES.md, experiment 2).
+// Layer sizes are runtime parameters (params.cuh), so one build serves every layer.
+// Builds standalone:  nvcc -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/megakernel.cu
+#include "generated_tasks.cuh"
+#include "params.cuh"
+#include "scheduler.cuh"
+#include "filter_transform.cuh"
+#include "input_transform.cuh"
+#include "gemm.cuh"
+#include "output_transform.cuh"
+
+#ifndef MW_M
+#define MW_M 4
+#endif
+#ifndef MW_NHWC
+#define MW_NHWC 0
+#endif
+
+static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * mw::StageSize<MW_M>::value,
+              "the staged transforms reuse the GEMM's shared memory");
+
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
+mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y) {
+  using namespace mw;
+  __shared__ __align__(16) GemmSmem smem;
+  __shared__ SchedSlot slot;
+  __shared__ int s_last;
+  const Params& p = *params;
+  for (;;) {
+    if (threadIdx.x == 0) sched_fetch(p, slot);
+    __syncthreads();
+    if (slot.ticket < 0) break;
+    const int type = slot.rec[REC_TYPE], group = slot.rec[REC_GROUP], index = slot.rec[REC_INDEX];
+    switch (type) {
+      case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
+#if MW_NHWC || !defined(MW_STAGED_NCHW)
+      case TASK_INPUT: input_transform_task<MW_M, MW_NHWC != 0>(p, x, group, index); break;
+      case TASK_OUTPUT: output_transform_task<MW_M, MW_NHWC != 0>(p, y, group, index); break;
+#else
+      case TASK_INPUT:
+        input_transform_task_staged<MW_M>(p, x, group, index, reinterpret_cast<float*>(&smem));
+        break;
+      case TASK_OUTPUT:
+        output_transform_task_staged<MW_M>(p, y, group, index, reinterpret_cast<float*>(&smem));
+        break;
+#endif
+      case TASK_GEMM: gemm_task(p, smem, group, index); break;
+      default: break;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) sched_signal(p, slot);
+  }
+  sched_exit(p, &s_last);
+}

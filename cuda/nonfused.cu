@@ -1,0 +1,60 @@
+// The non-fused path: four kernels (FTrans, ITrans, GEMM, OTrans) built from the
+// same device functions as the megakernel, one task per block, launched in this
+// order.  Task ids of one type are contiguous (megawino.tasks.build_graph), so
+// block b runs task first_task + b.
+// Builds standalone:  nvcc -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/nonfused.cu
+#include "generated_tasks.cuh"
+#include "params.cuh"
+#include "filter_transform.cuh"
+#include "input_transform.cuh"
+#include "gemm.cuh"
+#include "output_transform.cuh"
+
+#ifndef MW_M
+#define MW_M 4
+#endif
+#ifndef MW_NHWC
+#define MW_NHWC 0
+#endif
+
+namespace mw {
+__device__ __forceinline__ const int* task_record(const Params& p, int first_task) {
+  return reinterpret_cast<const int*>(p.records) +
+         static_cast<long long>(first_task + static_cast<int>(blockIdx.x)) * REC_FIELDS;
+}
+}  // namespace mw
+
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
+mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int first_task) {
+  const int* rec = mw::task_record(*params, first_task);
+  mw::filter_transform_task<MW_M>(*params, w, rec[mw::REC_INDEX]);
+}
+
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
+mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first_task) {
+  const int* rec = mw::task_record(*params, first_task);
+#if MW_NHWC || !defined(MW_STAGED_NCHW)
+  mw::input_transform_task<MW_M, MW_NHWC != 0>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
+#else
+  __shared__ float sbuf[mw::StageSize<MW_M>::value];
+  mw::input_transform_task_staged<MW_M>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX], sbuf);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
+mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
+  __shared__ __align__(16) mw::GemmSmem smem;
+  const int* rec = mw::task_record(*params, first_task);
+  mw::gemm_task(*params, smem, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
+}
+
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
+mw_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task) {
+  const int* rec = mw::task_record(*params, first_task);
+#if MW_NHWC || !defined(MW_STAGED_NCHW)
+  mw::output_transform_task<MW_M, MW_NHWC != 0>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
+#else
+  __shared__ float sbuf[mw::StageSize<MW_M>::value];
+  mw::output_transform_task_staged<MW_M>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX], sbuf);
+#endif
+}

@@ -1,0 +1,144 @@
+// OUTPUT task (group g, K chunk): y = A^T M A for the real tiles of g, writes
+// masked to out_h x out_w.  Mirrors megawino/stages/output_transform.py.
+// Default, both layouts (output_transform_task): items with 8 output channels fastest, then tiles
+// (one warp: 4 tiles x 8 channels), so each M load and y store of a warp covers
+// whole 32-byte sectors.
+// NCHW, with -DMW_STAGED_NCHW only (output_transform_task_staged; see NOTES.md): the block reads 32 tiles x 8 channels x
+// alpha^2 values of M as 16-byte vectors into shared memory, then a warp takes 32
+// consecutive tiles of one channel, so y rows are written along the image rows
+// (16-byte vectors for m = 4 when out_w % 4 == 0).
+#pragma once
+
+#include "generated_tasks.cuh"
+#include "input_transform.cuh"
+#include "params.cuh"
+
+namespace mw {
+
+template <int M, bool NHWC>
+__device__ __forceinline__ void output_transform_task(const Params& p, float* y, int group,
+                                                      int index) {
+  constexpr int A = M + 2;
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.output_k_per_task);
+  const int K = static_cast<int>(p.K);
+  const int k0 = index * per;
+  const int k1 = min(K, k0 + per);
+  const int nkg = (k1 - k0 + 7) >> 3;
+  const int items = tpg * nkg * 8;
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.k_stride;
+  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+
+  for (int w = threadIdx.x; w < items; w += blockDim.x) {
+    const int kl = w & 7;
+    const int rest = w >> 3;
+    const int kg = rest / tpg;
+    const int tl = rest - kg * tpg;
+    const int k = k0 + kg * 8 + kl;
+    const long long t = t_base + tl;
+    if (k >= k1 || t >= p.tiles) continue;
+    const float* src = Mb + t * p.k_stride + k;
+    float mm[A * A];
+#pragma unroll
+    for (int q = 0; q < A * A; ++q) mm[q] = src[q * plane];
+    float tmp[M * A];
+#pragma unroll
+    for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);       // columns
+    float o[M * M];
+#pragma unroll
+    for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
+    const TileCoord tc = tile_coord(p, t);
+    const int oy0 = tc.th * M, ox0 = tc.tw * M;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int oy = oy0 + i;
+      if (oy >= out_h) continue;
+#pragma unroll
+      for (int j = 0; j < M; ++j) {
+        const int ox = ox0 + j;
+        if (ox >= out_w) continue;
+        const long long off = NHWC
+            ? ((static_cast<long long>(tc.n) * out_h + oy) * out_w + ox) * K + k
+            : ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox;
+        y[off] = o[i * M + j];
+      }
+    }
+  }
+}
+
+template <int M>
+__device__ __forceinline__ void output_transform_task_staged(const Params& p, float* y, int group,
+                                                             int index, float* sbuf) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.output_k_per_task);
+  const int K = static_cast<int>(p.K);
+  const int k0 = index * per;
+  const int k1 = min(K, k0 + per);
+  const int n_oct = (k1 - k0 + 7) >> 3;
+  const int n_ts = tpg >> 5;
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.k_stride;
+  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool vec_rows = (M == 4) && (out_w % 4 == 0);
+
+  for (int sub = 0; sub < n_ts * n_oct; ++sub) {
+    const int oct = sub / n_ts;
+    const long long t_sub = t_base + static_cast<long long>(sub - oct * n_ts) * 32;
+    const int kk0 = k0 + oct * 8;
+    for (int e = threadIdx.x; e < AA * 64; e += blockDim.x) {
+      const int q = e >> 6;
+      const int tile = (e >> 1) & 31;
+      const int half = e & 1;
+      const int kk = kk0 + half * 4;
+      if (kk >= k1) continue;
+      float* s = sbuf + (q * 8 + half * 4) * 32 + tile;
+      const float* src = Mb + q * plane + (t_sub + tile) * p.k_stride + kk;
+      if (kk + 4 <= k1 && (kk & 3) == 0) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        s[0] = v.x; s[32] = v.y; s[64] = v.z; s[96] = v.w;
+      } else {
+        for (int i = 0; i < 4 && kk + i < k1; ++i) s[i * 32] = src[i];
+      }
+    }
+    __syncthreads();
+    const int k = kk0 + warp;
+    const long long t = t_sub + lane;
+    if (k < k1 && t < p.tiles) {
+      float mm[AA];
+#pragma unroll
+      for (int q = 0; q < AA; ++q) mm[q] = sbuf[(q * 8 + warp) * 32 + lane];
+      float tmp[M * A];
+#pragma unroll
+      for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);
+      float o[M * M];
+#pragma unroll
+      for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);
+      const TileCoord tc = tile_coord(p, t);
+      const int oy0 = tc.th * M, ox0 = tc.tw * M;
+      float* plane_y = y + (static_cast<long long>(tc.n) * K + k) * out_h * out_w;
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        const int oy = oy0 + i;
+        if (oy >= out_h) continue;
+        float* row = plane_y + static_cast<long long>(oy) * out_w + ox0;
+        if (vec_rows && ox0 + M <= out_w) {
+          *reinterpret_cast<float4*>(row) = make_float4(o[i * M + 0], o[i * M + 1 % M], o[i * M + 2 % M],
+                                                        o[i * M + 3 % M]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < M; ++j)
+            if (ox0 + j < out_w) row[j] = o[i * M + j];
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace mw

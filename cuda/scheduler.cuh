@@ -1,0 +1,166 @@
+// Persistent-kernel scheduler: ticket fetch, counter wait / signal, watchdog,
+// trace.  The only code that knows tickets and counters.
+//
+// State words (int32, each on its own 128-byte line, COUNTER_STRIDE apart):
+//   HEAD   next ticket (atomicAdd)
+//   EXIT   blocks that have left the loop
+//   ABORT  set by a block whose wait timed out; every block checks it while
+//          waiting and before fetching, and leaves
+//   BREAK  debug: a counter index whose need is raised by one for the next
+//          launch only (-1: none), so its waiters time out
+//   STATUS first watchdog report: flag, ticket, task, counter, value, need
+//          (sticky until the host reads and clears it)
+//
+// No host reset between launches: counters count up from zero within a launch
+// (a task is ready when its counter >= need), and the last block to leave
+// (EXIT reaches gridDim.x) sets the counters, HEAD, EXIT, ABORT and BREAK back
+// to their initial values.  Launches in one stream are ordered, so the next
+// launch (also a CUDA-graph replay) starts from a clean state.
+#pragma once
+
+#include "generated_tasks.cuh"
+#include "params.cuh"
+
+namespace mw {
+
+constexpr int STATE_HEAD = 0 * COUNTER_STRIDE;
+constexpr int STATE_EXIT = 1 * COUNTER_STRIDE;
+constexpr int STATE_ABORT = 2 * COUNTER_STRIDE;
+constexpr int STATE_BREAK = 3 * COUNTER_STRIDE;
+constexpr int STATE_STATUS = 4 * COUNTER_STRIDE;   // 6 words
+constexpr int STATUS_FLAG = 0, STATUS_TICKET = 1, STATUS_TASK = 2, STATUS_COUNTER = 3,
+              STATUS_VALUE = 4, STATUS_NEED = 5;
+constexpr int STATE_WORDS = 5 * COUNTER_STRIDE;
+
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_gpu_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ int ld_volatile(const int* p) {
+  return *reinterpret_cast<const volatile int*>(p);
+}
+
+__device__ __forceinline__ long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<long long>(t);
+}
+
+__device__ __forceinline__ int sm_id() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return static_cast<int>(s);
+}
+
+// Shared-memory slot of one block: the task in hand.
+struct SchedSlot {
+  int ticket;                 // -1: leave the loop
+  int rec[REC_FIELDS];
+};
+
+// Thread 0 only: record a timeout (first one wins) and raise ABORT.
+__device__ __forceinline__ void sched_report_timeout(const Params& p, int ticket, int task,
+                                                     int counter, unsigned value, unsigned need) {
+  int* state = reinterpret_cast<int*>(p.state);
+  if (atomicCAS(state + STATE_STATUS + STATUS_FLAG, 0, 1) == 0) {
+    state[STATE_STATUS + STATUS_TICKET] = ticket;
+    state[STATE_STATUS + STATUS_TASK] = task;
+    state[STATE_STATUS + STATUS_COUNTER] = counter;
+    state[STATE_STATUS + STATUS_VALUE] = static_cast<int>(value);
+    state[STATE_STATUS + STATUS_NEED] = static_cast<int>(need);
+  }
+  __threadfence();
+  atomicExch(state + STATE_ABORT, 1);
+}
+
+// Thread 0 only: wait until counter >= need.  False: abort (timeout here or elsewhere).
+__device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int task, int counter,
+                                           int need) {
+  if (counter < 0) return true;
+  const int* state = reinterpret_cast<const int*>(p.state);
+  const unsigned* c = reinterpret_cast<const unsigned*>(p.counters) + counter * COUNTER_STRIDE;
+  unsigned want = static_cast<unsigned>(need) + (ld_volatile(state + STATE_BREAK) == counter ? 1u : 0u);
+  unsigned v = ld_acquire_gpu(c);
+  if (v >= want) return true;
+  const long long t0 = global_timer_ns();
+  unsigned sleep_ns = 8;
+  for (;;) {
+    __nanosleep(sleep_ns);
+    sleep_ns = sleep_ns < 256 ? sleep_ns * 2 : 256;
+    v = ld_acquire_gpu(c);
+    if (v >= want) return true;
+    if (ld_volatile(state + STATE_ABORT)) return false;
+    if (global_timer_ns() - t0 > p.timeout_ns) {
+      sched_report_timeout(p, ticket, task, counter, v, want);
+      return false;
+    }
+  }
+}
+
+// Thread 0 only: take the next ticket, read its record, wait for its counters.
+// Fills the slot (ticket -1: leave).
+__device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
+  int* state = reinterpret_cast<int*>(p.state);
+  slot.ticket = -1;
+  if (ld_volatile(state + STATE_ABORT)) return;
+  const int ticket = atomicAdd(state + STATE_HEAD, 1);
+  if (ticket >= p.num_tasks) return;
+#ifdef MW_TRACE
+  const long long t_fetch = global_timer_ns();
+#endif
+  const int task = reinterpret_cast<const int*>(p.mapping)[ticket];
+  const int* rec = reinterpret_cast<const int*>(p.records) + static_cast<long long>(task) * REC_FIELDS;
+#pragma unroll
+  for (int i = 0; i < REC_FIELDS; ++i) slot.rec[i] = rec[i];
+  if (!sched_wait(p, ticket, task, slot.rec[REC_WAIT_A], slot.rec[REC_NEED_A])) return;
+  if (!sched_wait(p, ticket, task, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
+  __threadfence();   // acquire side: the parents' data is visible to this block
+#ifdef MW_TRACE
+  long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * 4;
+  tr[0] = sm_id();
+  tr[1] = t_fetch;
+  tr[2] = global_timer_ns();
+#endif
+  slot.ticket = ticket;
+}
+
+// Thread 0 only, after the block's barrier at the end of the task: publish.
+__device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& slot) {
+  __threadfence();
+  const int counter = slot.rec[REC_SIGNAL];
+  if (counter >= 0)
+    red_release_gpu_add(reinterpret_cast<unsigned*>(p.counters) + counter * COUNTER_STRIDE, 1u);
+#ifdef MW_TRACE
+  reinterpret_cast<long long*>(p.trace)[static_cast<long long>(slot.ticket) * 4 + 3] = global_timer_ns();
+#endif
+}
+
+// Whole block, once, after the loop.  The last block to leave resets the state.
+__device__ __forceinline__ void sched_exit(const Params& p, int* s_last) {
+  int* state = reinterpret_cast<int*>(p.state);
+  if (threadIdx.x == 0) {
+    __threadfence();
+    *s_last = atomicAdd(state + STATE_EXIT, 1) == static_cast<int>(gridDim.x) - 1;
+    __threadfence();
+  }
+  __syncthreads();
+  if (!*s_last) return;
+  unsigned* counters = reinterpret_cast<unsigned*>(p.counters);
+  for (long long i = threadIdx.x; i < p.num_counters; i += blockDim.x)
+    counters[i * COUNTER_STRIDE] = 0u;
+  if (threadIdx.x == 0) {
+    state[STATE_HEAD] = 0;
+    state[STATE_ABORT] = 0;
+    state[STATE_BREAK] = -1;
+    state[STATE_EXIT] = 0;
+  }
+  __threadfence();
+}
+
+}  // namespace mw

@@ -1,0 +1,375 @@
+"""GPU runtime: compile the CUDA sources with NVRTC (through CuPy), plan a layer,
+run it as the persistent megakernel or as the four non-fused kernels.
+
+Nothing here touches CUDA at import time; CuPy is imported on first use.
+
+* :func:`plan` / :class:`Plan`: buffers, task records, the ticket mapping and the
+  scheduler state of one layer shape, allocated once; ``plan(x, w)`` runs it.
+* :func:`conv2d`: one call on CuPy arrays (or anything with ``__dlpack__``), with
+  plans cached by (layer spec, algo).
+
+One compiled module serves every layer: layer sizes travel in a runtime
+parameter struct (``cuda/params.cuh``); only m, the layout and tracing are
+compile-time variants.
+"""
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+
+from . import mapping as mapping_mod
+from .resources import cuda_dir, source_hash
+from .spec import LayerSpec
+from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph, default_params
+
+__all__ = ["plan", "conv2d", "Plan", "gpu_available", "cuda_dir", "source_hash"]
+
+BLOCK_THREADS = 256
+ALGOS = ("megakernel", "nonfused")
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees a CUDA device."""
+    try:
+        import cupy
+    except ImportError:
+        return False
+    try:
+        return bool(cupy.is_available())
+    except Exception:  # driver missing or broken
+        return False
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as err:  # pragma: no cover - depends on the machine
+        raise RuntimeError("megawino's GPU runtime needs CuPy (pip install cupy-cuda13x)") from err
+    return cupy
+
+
+# ---------------------------------------------------------------------------
+# Layout of the runtime structs, read from the CUDA headers (single definition)
+# ---------------------------------------------------------------------------
+
+def params_fields() -> tuple[str, ...]:
+    """Field names of ``mw::Params`` in order (every field is a 64-bit integer)."""
+    text = (cuda_dir() / "params.cuh").read_text()
+    body = text[text.index("struct Params"):]
+    body = body[:body.index("};")]
+    names = tuple(re.findall(r"^\s*long long (\w+);", body, flags=re.M))
+    if not names:
+        raise RuntimeError("cuda/params.cuh: no `long long NAME;` fields found in struct Params")
+    return names
+
+
+def state_layout() -> dict[str, int]:
+    """Word offsets of the scheduler state (``STATE_*``) and status fields (``STATUS_*``)."""
+    text = (cuda_dir() / "scheduler.cuh").read_text()
+    out = {f"STATE_{k}": int(v) * COUNTER_STRIDE
+           for k, v in re.findall(r"constexpr int STATE_(\w+) = (\d+) \* COUNTER_STRIDE;", text)}
+    out.update({f"STATUS_{k}": int(v) for k, v in re.findall(r"STATUS_(\w+) = (\d+)", text)})
+    need = ("STATE_HEAD", "STATE_EXIT", "STATE_ABORT", "STATE_BREAK", "STATE_STATUS", "STATE_WORDS",
+            "STATUS_FLAG", "STATUS_TICKET", "STATUS_TASK", "STATUS_COUNTER", "STATUS_VALUE",
+            "STATUS_NEED")
+    missing = [k for k in need if k not in out]
+    if missing:
+        raise RuntimeError(f"cuda/scheduler.cuh: cannot find {', '.join(missing)}")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Compilation (NVRTC via CuPy), cached per variant
+# ---------------------------------------------------------------------------
+
+_MODULES: dict = {}
+_LOCK = threading.Lock()
+
+
+def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
+    opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
+            f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}"]
+    if trace:
+        opts.append("-DMW_TRACE")
+    return tuple(opts)
+
+
+def module(kind: str, m: int, layout: str, trace: bool = False):
+    """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
+    ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
+    if kind not in ALGOS:
+        raise ValueError(f"kind must be one of {ALGOS}, got {kind!r}")
+    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash())
+    with _LOCK:
+        mod = _MODULES.get(key)
+        if mod is None:
+            cupy = _cupy()
+            code = (cuda_dir() / f"{kind}.cu").read_text()
+            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3]))
+            _MODULES[key] = mod
+    return mod
+
+
+def _kernel_ptr(fn) -> int:
+    inner = getattr(fn, "kernel", fn)
+    return int(inner.ptr)
+
+
+def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:
+    from cupy_backends.cuda.api import driver
+    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(_kernel_ptr(fn), threads, dynamic_smem))
+
+
+# ---------------------------------------------------------------------------
+# Plans
+# ---------------------------------------------------------------------------
+
+def _resolve_order(graph, mapping) -> np.ndarray:
+    """None -> interleaved (default MappingParams); MappingParams -> interleaved with
+    them; "sequential" / "interleaved"; or an explicit ticket order (validated)."""
+    if mapping is None or (isinstance(mapping, str) and mapping == "interleaved"):
+        return mapping_mod.build_interleaved(graph, mapping_mod.MappingParams()).order
+    if isinstance(mapping, mapping_mod.MappingParams):
+        return mapping_mod.build_interleaved(graph, mapping).order
+    if isinstance(mapping, str):
+        if mapping == "sequential":
+            return mapping_mod.sequential_mapping(graph)
+        raise ValueError(f"mapping must be None, 'interleaved', 'sequential', MappingParams "
+                         f"or a ticket order, got {mapping!r}")
+    if isinstance(mapping, mapping_mod.Mapping):
+        mapping = mapping.order
+    order = np.asarray(mapping.get() if hasattr(mapping, "get") else mapping)
+    if order.dtype.kind not in "iu":
+        raise mapping_mod.MappingError(f"a mapping holds integer task ids, got dtype {order.dtype}")
+    mapping_mod.validate_mapping(graph, order)
+    return order.astype(np.int32)
+
+
+def _check_array(cupy, name: str, arr, shape) -> None:
+    if not isinstance(arr, cupy.ndarray):
+        raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
+    if arr.dtype != np.float32:
+        raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    if arr.data.ptr % 16:
+        raise ValueError(f"{name} must be 16-byte aligned (the kernels use 16-byte vectors)")
+    if arr.device.id != cupy.cuda.Device().id:
+        raise ValueError(f"{name} is on device {arr.device.id}, the plan on {cupy.cuda.Device().id}")
+
+
+class Plan:
+    """One layer shape on the GPU: buffers U, V, M, task records, mapping and
+    scheduler state, allocated once.  ``plan(x, w)`` runs the layer."""
+
+    def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
+                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False):
+        cupy = _cupy()
+        if not isinstance(spec, LayerSpec):
+            raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
+        spec.require_winograd()
+        if algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+        if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+            raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
+        if trace and algo != "megakernel":
+            raise ValueError("trace=True needs algo='megakernel'")
+        self.spec = spec
+        self.params = params if params is not None else default_params(spec)
+        self.graph = build_graph(spec, self.params)
+        self.layout = self.graph.layout
+        self.algo = algo
+        self.timeout_s = float(timeout_s)
+        self.traced = bool(trace)
+        # Validate the mapping on the host before anything is allocated or launched.
+        self.order = _resolve_order(self.graph, mapping)
+        lay = self.layout
+        st = state_layout()
+        self._st = st
+
+        self.U = cupy.empty(lay.u_shape, dtype=cupy.float32)
+        self.V = cupy.empty(lay.v_shape, dtype=cupy.float32)
+        self.M = cupy.empty(lay.m_shape, dtype=cupy.float32)
+        self._records = cupy.asarray(np.ascontiguousarray(self.graph.records, dtype=np.int32))
+        self._mapping = cupy.asarray(np.ascontiguousarray(self.order, dtype=np.int32))
+        self._counters = cupy.zeros(lay.num_counters * COUNTER_STRIDE, dtype=cupy.uint32)
+        self._state = cupy.zeros(st["STATE_WORDS"], dtype=cupy.int32)
+        self._state[st["STATE_BREAK"]] = -1
+        self._trace = cupy.zeros((self.graph.num_tasks, 4), dtype=cupy.int64) if trace else None
+
+        values = {
+            "U": self.U.data.ptr, "V": self.V.data.ptr, "Mbuf": self.M.data.ptr,
+            "records": self._records.data.ptr, "mapping": self._mapping.data.ptr,
+            "counters": self._counters.data.ptr, "state": self._state.data.ptr,
+            "trace": self._trace.data.ptr if trace else 0,
+            "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "pad": spec.padding,
+            "out_h": spec.out_h, "out_w": spec.out_w,
+            "tiles_h": lay.tiles_h, "tiles_w": lay.tiles_w, "tiles": lay.tiles,
+            "tiles_per_group": self.params.tiles_per_group, "tiles_padded": lay.tiles_padded,
+            "c_stride": lay.c_stride, "k_stride": lay.k_stride,
+            "input_channels_per_task": self.params.input_channels_per_task,
+            "gemm_k_per_task": self.params.gemm_k_per_task, "k_blocks": lay.k_blocks,
+            "output_k_per_task": self.params.output_k_per_task,
+            "filter_pairs_per_task": self.params.filter_pairs_per_task,
+            "num_tasks": self.graph.num_tasks, "num_counters": lay.num_counters,
+            "timeout_ns": int(round(self.timeout_s * 1e9)),
+        }
+        fields = params_fields()
+        unknown = set(fields) ^ set(values)
+        if unknown:
+            raise RuntimeError(f"cuda/params.cuh and runtime.py disagree on fields: {sorted(unknown)}")
+        self._pbuf = cupy.asarray(np.array([int(values[f]) for f in fields], dtype=np.int64))
+
+        # Task ids of one type are contiguous: (first id, count) per type.
+        types = self.graph.types
+        self._type_range = {}
+        for t in TaskType:
+            ids = np.flatnonzero(types == int(t))
+            self._type_range[t] = (int(ids[0]) if ids.size else 0, int(ids.size))
+            if ids.size and not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
+                raise RuntimeError(f"task ids of type {t.name} are not contiguous")
+
+        mod = module(algo, self.params.m, spec.layout, trace)
+        if algo == "megakernel":
+            self._mega = mod.get_function("mw_megakernel")
+            self.blocks_per_sm = blocks_per_sm(self._mega)
+            sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+            self.grid = max(1, min(self.graph.num_tasks, sms * max(1, self.blocks_per_sm)))
+        else:
+            self._kernels = {t: mod.get_function(f"mw_{name}_kernel") for t, name in (
+                (TaskType.FILTER, "filter"), (TaskType.INPUT, "input"),
+                (TaskType.GEMM, "gemm"), (TaskType.OUTPUT, "output"))}
+            self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
+            self.grid = None
+
+    # ---- running -------------------------------------------------------
+    def __call__(self, x, w, out=None, check: bool = True):
+        cupy = _cupy()
+        spec = self.spec
+        _check_array(cupy, "x", x, spec.input_shape)
+        _check_array(cupy, "w", w, spec.weight_shape)
+        if out is None:
+            out = cupy.empty(spec.output_shape, dtype=cupy.float32)
+        else:
+            _check_array(cupy, "out", out, spec.output_shape)
+        if self.algo == "megakernel":
+            self._mega((self.grid,), (BLOCK_THREADS,), (self._pbuf, x, w, out))
+        else:
+            self.launch_stage(TaskType.FILTER, w)
+            self.launch_stage(TaskType.INPUT, x)
+            self.launch_stage(TaskType.GEMM)
+            self.launch_stage(TaskType.OUTPUT, out)
+        if check:
+            self.check()
+        return out
+
+    def launch_stage(self, task_type: TaskType, array=None) -> None:
+        """Non-fused path: launch one stage's kernel (one block per task).
+        FILTER takes w, INPUT x, OUTPUT y, GEMM nothing."""
+        if self.algo != "nonfused":
+            raise RuntimeError("launch_stage needs algo='nonfused'")
+        first, count = self._type_range[TaskType(task_type)]
+        if count == 0:
+            return
+        args = (self._pbuf,) + (() if task_type == TaskType.GEMM else (array,)) + (np.int32(first),)
+        self._kernels[TaskType(task_type)]((count,), (BLOCK_THREADS,), args)
+
+    def check(self) -> None:
+        """Raise RuntimeError if the watchdog fired in a launch since the last check
+        (then reset the scheduler state so the next launch is correct).  Synchronizes."""
+        if self.algo != "megakernel":
+            _cupy().cuda.get_current_stream().synchronize()
+            return
+        st = self._st
+        status = self._state[st["STATE_STATUS"]:st["STATE_STATUS"] + 6].get()
+        if not status[st["STATUS_FLAG"]]:
+            return
+        ticket = int(status[st["STATUS_TICKET"]])
+        task = int(status[st["STATUS_TASK"]])
+        counter = int(status[st["STATUS_COUNTER"]])
+        value = int(status[st["STATUS_VALUE"]])
+        need = int(status[st["STATUS_NEED"]])
+        self.reset()
+        what = self.graph.describe_task(task) if 0 <= task < self.graph.num_tasks else f"task {task}"
+        raise RuntimeError(f"megakernel watchdog: ticket {ticket} ({what}) waited > {self.timeout_s} s "
+                           f"on counter {counter} (value {value}, need {need})")
+
+    def reset(self) -> None:
+        """Put counters, ticket head and status back to their initial values."""
+        cupy = _cupy()
+        self._counters.fill(0)
+        self._state.fill(0)
+        self._state[self._st["STATE_BREAK"]] = -1
+        cupy.cuda.get_current_stream().synchronize()
+
+    def trace(self) -> np.ndarray:
+        """int64 [tickets][4]: SM id, fetch time, start time after the wait, end time (ns,
+        %globaltimer) of the last launch."""
+        if self._trace is None:
+            raise RuntimeError("this plan was made without trace=True")
+        return self._trace.get()
+
+    def _debug_break_counter(self, counter_index: int) -> None:
+        """Make one counter unreachable (need + 1) for the next launch only: its
+        waiters time out and the watchdog fires."""
+        if not 0 <= int(counter_index) < self.layout.num_counters:
+            raise ValueError(f"counter index {counter_index} outside 0..{self.layout.num_counters - 1}")
+        self._state[self._st["STATE_BREAK"]] = int(counter_index)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
+                f"tasks={self.graph.num_tasks}, grid={self.grid})")
+
+
+def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
+         timeout_s: float = 2.0, trace: bool = False) -> Plan:
+    """A reusable :class:`Plan` for one layer shape."""
+    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace)
+
+
+_PLANS: dict = {}
+
+
+def _as_cupy(cupy, arr, name):
+    if isinstance(arr, cupy.ndarray):
+        return arr
+    if hasattr(arr, "__dlpack__"):
+        return cupy.from_dlpack(arr)
+    raise ValueError(f"{name} must be a CuPy array or support __dlpack__, got {type(arr).__name__}")
+
+
+def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW"):
+    """3x3 stride-1 convolution (cross-correlation) as Winograd F(4x4, 3x3) on the GPU.
+    ``x`` is [N][C][H][W] (NCHW) or [N][H][W][C] (NHWC), ``w`` is [K][C][R][S]; returns a
+    CuPy array in the same layout."""
+    cupy = _cupy()
+    if algo not in ("auto",) + ALGOS:
+        raise ValueError(f"algo must be 'auto', 'megakernel' or 'nonfused', got {algo!r}")
+    x = _as_cupy(cupy, x, "x")
+    w = _as_cupy(cupy, w, "w")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"x and w must be 4-D, got x{tuple(x.shape)} and w{tuple(w.shape)}")
+    if layout == "NCHW":
+        n, c, h, wd = x.shape
+    elif layout == "NHWC":
+        n, h, wd, c = x.shape
+    else:
+        raise ValueError(f"layout must be NCHW or NHWC, got {layout!r}")
+    k, c2, r, s = w.shape
+    if c2 != c:
+        raise ValueError(f"x has C={c} channels but w expects C={c2}")
+    spec = LayerSpec(int(n), int(c), int(k), int(h), int(wd), int(r), int(s), int(stride),
+                     int(padding), layout)
+    if algo == "auto":
+        if not spec.winograd_eligible:
+            raise NotImplementedError("direct path not built yet")
+        algo = "megakernel"
+    key = (spec, algo)
+    p = _PLANS.get(key)
+    if p is None:
+        p = _PLANS[key] = plan(spec, algo=algo)
+    return p(cupy.ascontiguousarray(x), cupy.ascontiguousarray(w))

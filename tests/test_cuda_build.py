@@ -1,0 +1,71 @@
+"""Every cuda/*.cu compiles standalone with nvcc for sm_90, and the megakernel and
+GEMM kernels use no local memory (no spills).  CPU only; skipped without nvcc."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from megawino import runtime
+from megawino.resources import cuda_dir
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+
+SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
+VARIANTS = [("-DMW_M=4",), ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE")]
+NO_SPILL = ("mw_megakernel", "mw_gemm_kernel")
+
+
+def _ptxas_report(source: str, defines, tmp_path) -> dict[str, tuple[int, int, int]]:
+    """function -> (stack frame, spill stores, spill loads) bytes."""
+    out = tmp_path / (source + ".cubin")
+    cmd = [NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(cuda_dir()), *defines,
+           str(cuda_dir() / source), "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
+    report = {}
+    current = None
+    for line in (res.stdout + res.stderr).splitlines():
+        m = re.search(r"Function properties for (\w+)", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current:
+            report[current] = tuple(int(v) for v in m.groups())
+            current = None
+    return report
+
+
+def test_sources_found():
+    assert "megakernel.cu" in SOURCES and "nonfused.cu" in SOURCES
+
+
+@pytest.mark.parametrize("defines", VARIANTS, ids=lambda d: " ".join(d))
+@pytest.mark.parametrize("source", SOURCES)
+def test_compiles_without_spills(source, defines, tmp_path):
+    report = _ptxas_report(source, defines, tmp_path)
+    assert report, f"no ptxas report for {source}"
+    for fn, (stack, spill_st, spill_ld) in report.items():
+        if fn in NO_SPILL:
+            assert spill_st == 0 and spill_ld == 0, f"{fn} spills ({spill_st} B stores, {spill_ld} B loads)"
+            assert stack == 0, f"{fn} uses a {stack}-byte stack frame (local memory)"
+
+
+def test_params_struct_is_all_int64():
+    text = (cuda_dir() / "params.cuh").read_text()
+    body = text[text.index("struct Params"):]
+    body = body[body.index("{") + 1:body.index("};")]
+    members = [ln.split("//")[0].strip() for ln in body.splitlines()]
+    members = [m for m in members if m]
+    assert members and all(re.fullmatch(r"long long \w+;", m) for m in members), members
+    assert len(runtime.params_fields()) == len(members)
+
+
+def test_state_layout_parsed():
+    st = runtime.state_layout()
+    assert st["STATE_WORDS"] > st["STATE_STATUS"] + 6
+

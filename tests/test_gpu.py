@@ -1,0 +1,320 @@
+"""GPU tests of the runtime: correctness against the float64 direct convolution,
+bitwise agreement of the megakernel with itself (any valid mapping) and with the
+non-fused path, back-to-back launches, the watchdog, the CPU executor and
+CUDA-graph capture.  Every test is marked ``gpu`` (skipped without a GPU)."""
+from __future__ import annotations
+
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from megawino import executor, mapping as mapping_mod, networks
+from megawino.spec import LayerSpec
+from megawino.tasks import TaskParams, build_graph, default_params
+from megawino.winograd import direct_conv_nchw, rel_l2
+
+pytestmark = pytest.mark.gpu
+
+TOL = {4: 3e-6, 2: 1e-6}
+
+
+def _tol(spec, m):
+    """float32 rounding grows with the reduction length: the base tolerance holds up
+    to C = 512 (every suite layer); beyond it, scale by sqrt(C / 512) (C = 1000, m = 4
+    measured 4.0e-6 on the H100)."""
+    return TOL[m] * max(1.0, (spec.C / 512) ** 0.5)
+
+
+def _cp():
+    import cupy
+    return cupy
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def _inputs(spec: LayerSpec, seed: int):
+    """Fresh random normal inputs (host float32: NCHW-ordered x, w) and device copies in
+    the layer's layout."""
+    rng = _rng(seed)
+    x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32)
+    w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    xl = x if spec.layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    cp = _cp()
+    return x, w, cp.asarray(xl), cp.asarray(w)
+
+
+def _to_nchw(spec, y):
+    y = y.get() if hasattr(y, "get") else np.asarray(y)
+    return y if spec.layout == "NCHW" else y.transpose(0, 3, 1, 2)
+
+
+def _poisoned(spec):
+    cp = _cp()
+    return cp.full(spec.output_shape, np.nan, dtype=cp.float32)
+
+
+def _poison_buffers(plan):
+    for buf in (plan.U, plan.V, plan.M):
+        buf.fill(np.nan)
+
+
+def _run(plan, xd, wd):
+    out = _poisoned(plan.spec)
+    _poison_buffers(plan)
+    plan(xd, wd, out=out)
+    return out
+
+
+_PLANS = {}
+
+
+def _plan(spec, m=4, algo="megakernel", params=None, **kw):
+    import megawino
+    key = (spec, m, algo, params, tuple(sorted(kw.items())))
+    if key not in _PLANS:
+        p = params if params is not None else default_params(spec, m=m)
+        _PLANS[key] = megawino.plan(spec, params=p, algo=algo, **kw)
+    return _PLANS[key]
+
+
+def _check_layer(spec, m, seed=0, nonfused=True):
+    x, w, xd, wd = _inputs(spec, seed)
+    mega = _plan(spec, m)
+    y = _run(mega, xd, wd)
+    ref = direct_conv_nchw(x, w, 1, spec.padding)
+    got = _to_nchw(spec, y)
+    assert not np.isnan(got).any(), "unwritten (NaN) outputs"
+    err = rel_l2(got, ref)
+    assert err < _tol(spec, m), f"{spec.describe()} m={m}: rel L2 {err:.3g} >= {_tol(spec, m):.3g}"
+    if nonfused:
+        y2 = _run(_plan(spec, m, "nonfused"), xd, wd)
+        assert bool((y2 == y).all()), "megakernel and non-fused results differ bitwise"
+    return err
+
+
+# ---- suite layers at batch 2 ------------------------------------------------
+
+def _suite():
+    try:
+        return networks.load_suite(suite="winograd", batch=2)
+    except FileNotFoundError:
+        return []
+
+
+SUITE = _suite()
+
+
+@pytest.mark.skipif(not SUITE, reason="suite layers.json not found (set MEGAWINO_SUITE)")
+@pytest.mark.parametrize("index", range(len(SUITE)), ids=[s.name for s in SUITE])
+def test_suite_layer(index):
+    _check_layer(SUITE[index], 4, seed=index)
+
+
+# ---- odd shapes ------------------------------------------------------------------
+
+ODD = [
+    LayerSpec(1, 3, 5, 13, 13),
+    LayerSpec(2, 5, 3, 10, 17, padding=0),
+    LayerSpec(3, 1, 1, 9, 6, padding=2),
+    LayerSpec(1, 16, 24, 7, 30),
+    LayerSpec(5, 8, 12, 6, 6, padding=0),
+    LayerSpec(2, 1000, 20, 5, 5),
+    LayerSpec(1, 40, 100, 11, 19, padding=2),
+    LayerSpec(2, 64, 72, 15, 14),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("m", [4, 2])
+@pytest.mark.parametrize("spec", ODD, ids=lambda s: s.shape_string)
+def test_odd_shapes(spec, m, layout):
+    _check_layer(spec.with_(layout=layout), m, seed=zlib.crc32(f"{spec.shape_string}{m}{layout}".encode()) % 1000)
+
+
+def test_odd_task_params():
+    """Task sizes that split channels, K blocks and pairs unevenly."""
+    spec = LayerSpec(2, 44, 52, 17, 15)
+    params = TaskParams(m=4, tiles_per_group=192, input_channels_per_task=20, gemm_k_per_task=36,
+                        output_k_per_task=7, filter_pairs_per_task=300)
+    x, w, xd, wd = _inputs(spec, 7)
+    y = _run(_plan(spec, params=params), xd, wd)
+    assert rel_l2(_to_nchw(spec, y), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+    y2 = _run(_plan(spec, params=params, algo="nonfused"), xd, wd)
+    assert bool((y2 == y).all())
+
+
+# ---- bitwise identity across mappings ------------------------------------------
+
+def random_topological_order(graph, rng) -> np.ndarray:
+    """A uniformly random ready task at each step (Kahn): parents before children."""
+    rec = graph.records
+    n = graph.num_tasks
+    missing = np.zeros(n, dtype=np.int64)
+    waiters = [[] for _ in range(graph.layout.num_counters)]
+    for t in range(n):
+        for wc, nc in ((3, 4), (5, 6)):
+            if rec[t, wc] >= 0:
+                missing[t] += rec[t, nc]
+                waiters[rec[t, wc]].append(t)
+    ready = [t for t in range(n) if missing[t] == 0]
+    order = []
+    while ready:
+        i = int(rng.integers(len(ready)))
+        ready[i], ready[-1] = ready[-1], ready[i]
+        t = ready.pop()
+        order.append(t)
+        sig = rec[t, 7]
+        if sig >= 0:
+            for child in waiters[sig]:
+                missing[child] -= 1
+                if missing[child] == 0:
+                    ready.append(child)
+    assert len(order) == n
+    return np.asarray(order, dtype=np.int32)
+
+
+def test_bitwise_across_mappings():
+    import megawino
+    spec = LayerSpec(2, 48, 136, 23, 21)
+    params = TaskParams(m=4, tiles_per_group=64, input_channels_per_task=16, gemm_k_per_task=64,
+                        output_k_per_task=32)
+    graph = build_graph(spec, params)
+    x, w, xd, wd = _inputs(spec, 11)
+    ref = _run(megawino.plan(spec, params=params, algo="nonfused"), xd, wd)
+    assert rel_l2(_to_nchw(spec, ref), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+    rng = _rng(5)
+    orders = [mapping_mod.sequential_mapping(graph)]
+    for _ in range(6):
+        mp = mapping_mod.MappingParams(int(rng.integers(0, 200)), int(rng.integers(0, 300)),
+                                       int(rng.integers(1, 9)))
+        orders.append(mp)
+    orders += [random_topological_order(graph, rng) for _ in range(6)]
+    for i, order in enumerate(orders):
+        p = megawino.plan(spec, params=params, mapping=order)
+        y = _run(p, xd, wd)
+        assert bool((y == ref).all()), f"mapping #{i} ({order if i < 7 else 'random order'}) differs"
+        y = _run(p, xd, wd)   # and again with the same plan (state reset in-kernel)
+        assert bool((y == ref).all()), f"mapping #{i}: second launch differs"
+
+
+def test_invalid_mapping_never_launched():
+    import megawino
+    spec = LayerSpec(1, 8, 8, 8, 8)
+    graph = build_graph(spec)
+    order = mapping_mod.sequential_mapping(graph)[::-1].copy()
+    with pytest.raises(ValueError):
+        megawino.plan(spec, mapping=order)
+    with pytest.raises(ValueError):
+        megawino.plan(spec, mapping=order[:-1])
+
+
+# ---- robustness ----------------------------------------------------------------------
+
+def test_thousand_launches():
+    cp = _cp()
+    spec = LayerSpec(2, 32, 32, 16, 16)
+    x, w, xd, wd = _inputs(spec, 3)
+    p = _plan(spec)
+    out = _poisoned(spec)
+    for _ in range(1000):
+        p(xd, wd, out=out, check=False)
+    cp.cuda.get_current_stream().synchronize()
+    p.check()
+    assert rel_l2(_to_nchw(spec, out), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+
+
+def test_watchdog_fires_and_recovers():
+    import megawino
+    spec = LayerSpec(2, 32, 32, 16, 16)
+    x, w, xd, wd = _inputs(spec, 4)
+    p = megawino.plan(spec, timeout_s=2.0)
+    p._debug_break_counter(p.layout.counter_inputs_done(0))
+    t0 = time.perf_counter()
+    # The first waiter to time out wins: a GEMM of group 0 (on counter 1) or an
+    # OUTPUT of group 0 (on counter 2, whose GEMMs never ran).
+    with pytest.raises(RuntimeError, match=r"megakernel watchdog: ticket \d+ \((GEMM g=0 j|OUTPUT g=0 chunk)"
+                                           r"=\d+\) waited > 2.0 s on counter \d+ \(value \d+, need \d+\)"):
+        p(xd, wd)
+    assert time.perf_counter() - t0 < 5.0
+    y = _run(p, xd, wd)
+    assert rel_l2(_to_nchw(spec, y), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+    p.check()
+
+
+def test_cpu_executor_agrees():
+    spec = LayerSpec(2, 12, 20, 11, 9)
+    params = TaskParams(m=4, tiles_per_group=64, input_channels_per_task=8, gemm_k_per_task=12,
+                        output_k_per_task=8, filter_pairs_per_task=100)
+    p = _plan(spec, params=params)
+    x, w, xd, wd = _inputs(spec, 9)
+    y = _run(p, xd, wd)
+    host = executor.execute(p.graph, p.order, x, w)
+    for name, gpu, cpu in (("U", p.U, host.U), ("V", p.V, host.V), ("M", p.M, host.M), ("y", y, host.y)):
+        g = gpu.get()
+        assert not np.isnan(g).any(), f"{name}: unwritten elements"
+        scale = float(np.abs(cpu).max()) or 1.0
+        np.testing.assert_allclose(g, cpu, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
+
+
+def test_cuda_graph_capture_replays():
+    cp = _cp()
+    spec = LayerSpec(2, 24, 40, 14, 14)
+    x, w, xd, wd = _inputs(spec, 12)
+    p = _plan(spec)
+    p(xd, wd)   # warm: modules loaded
+    ref = direct_conv_nchw(x, w, 1, 1)
+    out = _poisoned(spec)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        p(xd, wd, out=out, check=False)
+        graph = stream.end_capture()
+    for _ in range(2):
+        out.fill(np.nan)
+        cp.cuda.get_current_stream().synchronize()
+        graph.launch(stream)
+        stream.synchronize()
+        p.check()
+        assert rel_l2(_to_nchw(spec, out), ref) < TOL[4]
+
+
+def test_trace_records_every_ticket():
+    spec = LayerSpec(2, 32, 48, 20, 20)
+    p = _plan(spec, trace=True)
+    _, _, xd, wd = _inputs(spec, 2)
+    _run(p, xd, wd)
+    tr = p.trace()
+    assert tr.shape == (p.graph.num_tasks, 4)
+    assert (tr[:, 1] > 0).all()
+    assert (tr[:, 2] >= tr[:, 1]).all() and (tr[:, 3] >= tr[:, 2]).all()
+
+
+# ---- conv2d API ---------------------------------------------------------------------
+
+def test_conv2d_api():
+    import megawino
+    cp = _cp()
+    spec = LayerSpec(2, 16, 8, 12, 12)
+    x, w, xd, wd = _inputs(spec, 1)
+    y = megawino.conv2d(xd, wd, padding=1)
+    assert isinstance(y, cp.ndarray) and y.shape == spec.output_shape
+    assert rel_l2(y.get(), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+    y2 = megawino.conv2d(xd, wd, padding=1, algo="nonfused")
+    assert bool((y2 == y).all())
+    with pytest.raises(NotImplementedError):
+        megawino.conv2d(xd, wd, stride=2)
+    with pytest.raises(ValueError):
+        megawino.conv2d(xd.astype(cp.float64), wd)
+    with pytest.raises(ValueError):
+        megawino.plan(spec)(xd[:, :, :, :-1], wd)
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        yt = megawino.conv2d(torch.from_dlpack(xd), torch.from_dlpack(wd), padding=1)
+        assert bool((yt == y).all())
