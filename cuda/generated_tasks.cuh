@@ -27,6 +27,55 @@ constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int COUNTER_STRIDE = 32;
 
 
+// Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).
+struct Params {
+  long long U;  // float [alpha2][c_stride][k_stride]
+  long long V;  // float [alpha2][tiles_padded][c_stride]
+  long long Mbuf;  // float [alpha2][tiles_padded][k_stride]
+  long long records;  // int32 [num_tasks][REC_FIELDS]
+  long long mapping;  // int32 [num_tasks]: ticket -> task id
+  long long counters;  // uint32 [num_counters * COUNTER_STRIDE]
+  long long state;  // int32 [STATE_WORDS]
+  long long trace;  // int64 [num_tasks][4] or 0
+  long long N;
+  long long C;
+  long long K;
+  long long H;
+  long long W;
+  long long pad;
+  long long out_h;
+  long long out_w;
+  long long tiles_h;
+  long long tiles_w;
+  long long tiles;
+  long long tiles_per_group;
+  long long tiles_padded;
+  long long c_stride;
+  long long k_stride;
+  long long input_channels_per_task;
+  long long gemm_k_per_task;
+  long long k_blocks;
+  long long output_k_per_task;
+  long long filter_pairs_per_task;
+  long long num_tasks;
+  long long num_counters;
+  long long timeout_ns;  // watchdog limit of one wait
+};
+
+// Scheduler state words (megawino/abi.py STATE_LINES), one per 128-byte line.
+constexpr int STATE_HEAD = 0;
+constexpr int STATE_EXIT = 32;
+constexpr int STATE_ABORT = 64;
+constexpr int STATE_BREAK = 96;
+constexpr int STATE_STATUS = 128;
+constexpr int STATUS_FLAG = 0;
+constexpr int STATUS_TICKET = 1;
+constexpr int STATUS_TASK = 2;
+constexpr int STATUS_COUNTER = 3;
+constexpr int STATUS_VALUE = 4;
+constexpr int STATUS_NEED = 5;
+constexpr int STATE_WORDS = 160;
+
 // Winograd F(m x m, 3 x 3) 1-D transforms from megawino.winograd.transform(m)
 // (default points; coefficients are the nearest float32 of the exact fractions).
 #ifndef MW_WINO_FN

@@ -23,14 +23,8 @@
 
 namespace mw {
 
-constexpr int STATE_HEAD = 0 * COUNTER_STRIDE;
-constexpr int STATE_EXIT = 1 * COUNTER_STRIDE;
-constexpr int STATE_ABORT = 2 * COUNTER_STRIDE;
-constexpr int STATE_BREAK = 3 * COUNTER_STRIDE;
-constexpr int STATE_STATUS = 4 * COUNTER_STRIDE;   // 6 words
-constexpr int STATUS_FLAG = 0, STATUS_TICKET = 1, STATUS_TASK = 2, STATUS_COUNTER = 3,
-              STATUS_VALUE = 4, STATUS_NEED = 5;
-constexpr int STATE_WORDS = 5 * COUNTER_STRIDE;
+// STATE_* offsets, STATUS_* fields and STATE_WORDS come from generated_tasks.cuh
+// (megawino/abi.py).
 
 __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
   unsigned v;

@@ -12,7 +12,7 @@ import pathlib
 
 import numpy as np
 
-from . import tasks, winograd
+from . import abi, tasks, winograd
 
 HEADER_NAME = "generated_tasks.cuh"
 
@@ -40,6 +40,7 @@ def header_text() -> str:
         "",
         "",
     ]
+    lines += abi.header_lines()
     lines += winograd_lines()
     lines += ["}  // namespace mw", ""]
     return "\n".join(lines)

@@ -14,15 +14,16 @@ compile-time variants.
 """
 from __future__ import annotations
 
-import re
 import threading
 
 import numpy as np
 
+from . import abi
 from . import mapping as mapping_mod
 from .resources import cuda_dir, source_hash
 from .spec import LayerSpec
-from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph, default_params
+from . import tuning
+from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph
 
 __all__ = ["plan", "conv2d", "Plan", "gpu_available", "cuda_dir", "source_hash"]
 
@@ -48,36 +49,6 @@ def _cupy():
     except ImportError as err:  # pragma: no cover - depends on the machine
         raise RuntimeError("megawino's GPU runtime needs CuPy (pip install cupy-cuda13x)") from err
     return cupy
-
-
-# ---------------------------------------------------------------------------
-# Layout of the runtime structs, read from the CUDA headers (single definition)
-# ---------------------------------------------------------------------------
-
-def params_fields() -> tuple[str, ...]:
-    """Field names of ``mw::Params`` in order (every field is a 64-bit integer)."""
-    text = (cuda_dir() / "params.cuh").read_text()
-    body = text[text.index("struct Params"):]
-    body = body[:body.index("};")]
-    names = tuple(re.findall(r"^\s*long long (\w+);", body, flags=re.M))
-    if not names:
-        raise RuntimeError("cuda/params.cuh: no `long long NAME;` fields found in struct Params")
-    return names
-
-
-def state_layout() -> dict[str, int]:
-    """Word offsets of the scheduler state (``STATE_*``) and status fields (``STATUS_*``)."""
-    text = (cuda_dir() / "scheduler.cuh").read_text()
-    out = {f"STATE_{k}": int(v) * COUNTER_STRIDE
-           for k, v in re.findall(r"constexpr int STATE_(\w+) = (\d+) \* COUNTER_STRIDE;", text)}
-    out.update({f"STATUS_{k}": int(v) for k, v in re.findall(r"STATUS_(\w+) = (\d+)", text)})
-    need = ("STATE_HEAD", "STATE_EXIT", "STATE_ABORT", "STATE_BREAK", "STATE_STATUS", "STATE_WORDS",
-            "STATUS_FLAG", "STATUS_TICKET", "STATUS_TASK", "STATUS_COUNTER", "STATUS_VALUE",
-            "STATUS_NEED")
-    missing = [k for k in need if k not in out]
-    if missing:
-        raise RuntimeError(f"cuda/scheduler.cuh: cannot find {', '.join(missing)}")
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -110,6 +81,13 @@ def module(kind: str, m: int, layout: str, trace: bool = False):
             mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3]))
             _MODULES[key] = mod
     return mod
+
+
+def gpu_name_key() -> str:
+    """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
+    cupy = _cupy()
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    return tuning.gpu_key(name.decode() if isinstance(name, bytes) else str(name))
 
 
 def _kernel_ptr(fn) -> int:
@@ -179,17 +157,36 @@ class Plan:
         if trace and algo != "megakernel":
             raise ValueError("trace=True needs algo='megakernel'")
         self.spec = spec
-        self.params = params if params is not None else default_params(spec)
-        self.graph = build_graph(spec, self.params)
-        self.layout = self.graph.layout
         self.algo = algo
         self.timeout_s = float(timeout_s)
         self.traced = bool(trace)
+        mod = module(algo, params.m if params is not None else 4, spec.layout, trace)
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        if algo == "megakernel":
+            self._mega = mod.get_function("mw_megakernel")
+            self.blocks_per_sm = blocks_per_sm(self._mega)
+        else:
+            self._kernels = {t: mod.get_function(f"mw_{name}_kernel") for t, name in (
+                (TaskType.FILTER, "filter"), (TaskType.INPUT, "input"),
+                (TaskType.GEMM, "gemm"), (TaskType.OUTPUT, "output"))}
+            self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
+        workers = sms * max(1, self.blocks_per_sm)
+        # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
+        self.choice = "given"
+        if params is None or mapping is None:
+            chosen_params, chosen_mapping, self.choice = tuning.choose(
+                spec, gpu_name_key(), params.m if params is not None else 4, workers)
+            if params is None:
+                params = chosen_params
+            if mapping is None:
+                mapping = chosen_mapping
+        self.params = params
+        self.graph = build_graph(spec, self.params)
+        self.layout = self.graph.layout
+        self.grid = max(1, min(self.graph.num_tasks, workers)) if algo == "megakernel" else None
         # Validate the mapping on the host before anything is allocated or launched.
         self.order = _resolve_order(self.graph, mapping)
         lay = self.layout
-        st = state_layout()
-        self._st = st
 
         self.U = cupy.empty(lay.u_shape, dtype=cupy.float32)
         self.V = cupy.empty(lay.v_shape, dtype=cupy.float32)
@@ -197,8 +194,8 @@ class Plan:
         self._records = cupy.asarray(np.ascontiguousarray(self.graph.records, dtype=np.int32))
         self._mapping = cupy.asarray(np.ascontiguousarray(self.order, dtype=np.int32))
         self._counters = cupy.zeros(lay.num_counters * COUNTER_STRIDE, dtype=cupy.uint32)
-        self._state = cupy.zeros(st["STATE_WORDS"], dtype=cupy.int32)
-        self._state[st["STATE_BREAK"]] = -1
+        self._state = cupy.zeros(abi.STATE_WORDS, dtype=cupy.int32)
+        self._state[abi.state_offset("BREAK")] = -1
         self._trace = cupy.zeros((self.graph.num_tasks, 4), dtype=cupy.int64) if trace else None
 
         values = {
@@ -218,10 +215,8 @@ class Plan:
             "num_tasks": self.graph.num_tasks, "num_counters": lay.num_counters,
             "timeout_ns": int(round(self.timeout_s * 1e9)),
         }
-        fields = params_fields()
-        unknown = set(fields) ^ set(values)
-        if unknown:
-            raise RuntimeError(f"cuda/params.cuh and runtime.py disagree on fields: {sorted(unknown)}")
+        fields = [name for name, _ in abi.PARAM_FIELDS]
+        assert set(fields) == set(values), sorted(set(fields) ^ set(values))
         self._pbuf = cupy.asarray(np.array([int(values[f]) for f in fields], dtype=np.int64))
 
         # Task ids of one type are contiguous: (first id, count) per type.
@@ -232,19 +227,6 @@ class Plan:
             self._type_range[t] = (int(ids[0]) if ids.size else 0, int(ids.size))
             if ids.size and not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
                 raise RuntimeError(f"task ids of type {t.name} are not contiguous")
-
-        mod = module(algo, self.params.m, spec.layout, trace)
-        if algo == "megakernel":
-            self._mega = mod.get_function("mw_megakernel")
-            self.blocks_per_sm = blocks_per_sm(self._mega)
-            sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-            self.grid = max(1, min(self.graph.num_tasks, sms * max(1, self.blocks_per_sm)))
-        else:
-            self._kernels = {t: mod.get_function(f"mw_{name}_kernel") for t, name in (
-                (TaskType.FILTER, "filter"), (TaskType.INPUT, "input"),
-                (TaskType.GEMM, "gemm"), (TaskType.OUTPUT, "output"))}
-            self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
-            self.grid = None
 
     # ---- running -------------------------------------------------------
     def __call__(self, x, w, out=None, check: bool = True):
@@ -284,15 +266,13 @@ class Plan:
         if self.algo != "megakernel":
             _cupy().cuda.get_current_stream().synchronize()
             return
-        st = self._st
-        status = self._state[st["STATE_STATUS"]:st["STATE_STATUS"] + 6].get()
-        if not status[st["STATUS_FLAG"]]:
+        base = abi.state_offset("STATUS")
+        words = self._state[base:base + len(abi.STATUS_FIELDS)].get()
+        status = dict(zip(abi.STATUS_FIELDS, (int(v) for v in words)))
+        if not status["FLAG"]:
             return
-        ticket = int(status[st["STATUS_TICKET"]])
-        task = int(status[st["STATUS_TASK"]])
-        counter = int(status[st["STATUS_COUNTER"]])
-        value = int(status[st["STATUS_VALUE"]])
-        need = int(status[st["STATUS_NEED"]])
+        ticket, task, counter = status["TICKET"], status["TASK"], status["COUNTER"]
+        value, need = status["VALUE"], status["NEED"]
         self.reset()
         what = self.graph.describe_task(task) if 0 <= task < self.graph.num_tasks else f"task {task}"
         raise RuntimeError(f"megakernel watchdog: ticket {ticket} ({what}) waited > {self.timeout_s} s "
@@ -303,7 +283,7 @@ class Plan:
         cupy = _cupy()
         self._counters.fill(0)
         self._state.fill(0)
-        self._state[self._st["STATE_BREAK"]] = -1
+        self._state[abi.state_offset("BREAK")] = -1
         cupy.cuda.get_current_stream().synchronize()
 
     def trace(self) -> np.ndarray:
@@ -318,7 +298,7 @@ class Plan:
         waiters time out and the watchdog fires."""
         if not 0 <= int(counter_index) < self.layout.num_counters:
             raise ValueError(f"counter index {counter_index} outside 0..{self.layout.num_counters - 1}")
-        self._state[self._st["STATE_BREAK"]] = int(counter_index)
+        self._state[abi.state_offset("BREAK")] = int(counter_index)
 
     def __repr__(self) -> str:
         return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "

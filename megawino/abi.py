@@ -1,0 +1,57 @@
+"""The binary interface between the host and the kernels, defined once here and
+generated into ``cuda/generated_tasks.cuh`` by :mod:`megawino.codegen`.
+
+* ``PARAM_FIELDS``: the runtime parameter struct ``mw::Params`` (every field a
+  64-bit integer, pointers included), filled by the runtime as an int64 array.
+* ``STATE_WORDS`` / ``STATUS_FIELDS``: the scheduler's state words, each on its
+  own 128-byte line (see cuda/scheduler.cuh for what they mean).
+"""
+from __future__ import annotations
+
+from .tasks import COUNTER_STRIDE
+
+PARAM_FIELDS = (
+    # device buffers (addresses)
+    ("U", "float [alpha2][c_stride][k_stride]"),
+    ("V", "float [alpha2][tiles_padded][c_stride]"),
+    ("Mbuf", "float [alpha2][tiles_padded][k_stride]"),
+    ("records", "int32 [num_tasks][REC_FIELDS]"),
+    ("mapping", "int32 [num_tasks]: ticket -> task id"),
+    ("counters", "uint32 [num_counters * COUNTER_STRIDE]"),
+    ("state", "int32 [STATE_WORDS]"),
+    ("trace", "int64 [num_tasks][4] or 0"),
+    # layer (megawino.spec.LayerSpec)
+    ("N", ""), ("C", ""), ("K", ""), ("H", ""), ("W", ""), ("pad", ""),
+    ("out_h", ""), ("out_w", ""),
+    # layout and task sizes (megawino.tasks.Layout, TaskParams)
+    ("tiles_h", ""), ("tiles_w", ""), ("tiles", ""), ("tiles_per_group", ""),
+    ("tiles_padded", ""), ("c_stride", ""), ("k_stride", ""),
+    ("input_channels_per_task", ""), ("gemm_k_per_task", ""), ("k_blocks", ""),
+    ("output_k_per_task", ""), ("filter_pairs_per_task", ""),
+    ("num_tasks", ""), ("num_counters", ""),
+    ("timeout_ns", "watchdog limit of one wait"),
+)
+
+# Scheduler state: one word per 128-byte line, in this order.
+STATE_LINES = ("HEAD", "EXIT", "ABORT", "BREAK", "STATUS")
+STATUS_FIELDS = ("FLAG", "TICKET", "TASK", "COUNTER", "VALUE", "NEED")
+
+
+def state_offset(name: str) -> int:
+    """Word offset of a state line (``HEAD`` ... ``STATUS``)."""
+    return STATE_LINES.index(name) * COUNTER_STRIDE
+
+
+STATE_WORDS = len(STATE_LINES) * COUNTER_STRIDE
+assert len(STATUS_FIELDS) <= COUNTER_STRIDE
+
+
+def header_lines() -> list[str]:
+    lines = ["// Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).", "struct Params {"]
+    for name, doc in PARAM_FIELDS:
+        lines.append(f"  long long {name};" + (f"  // {doc}" if doc else ""))
+    lines += ["};", "", "// Scheduler state words (megawino/abi.py STATE_LINES), one per 128-byte line."]
+    lines += [f"constexpr int STATE_{name} = {state_offset(name)};" for name in STATE_LINES]
+    lines += [f"constexpr int STATUS_{name} = {i};" for i, name in enumerate(STATUS_FIELDS)]
+    lines += [f"constexpr int STATE_WORDS = {STATE_WORDS};", ""]
+    return lines
