@@ -25,10 +25,11 @@ from .spec import LayerSpec
 from . import tuning
 from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph
 
-__all__ = ["plan", "conv2d", "Plan", "gpu_available", "cuda_dir", "source_hash"]
+__all__ = ["plan", "conv2d", "Plan", "DirectPlan", "gpu_available", "cuda_dir", "source_hash"]
 
 BLOCK_THREADS = 256
-ALGOS = ("megakernel", "nonfused")
+KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
+ALGOS = KERNEL_KINDS + ("direct",)
 
 
 def gpu_available() -> bool:
@@ -70,8 +71,8 @@ def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
 def module(kind: str, m: int, layout: str, trace: bool = False):
     """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
     ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
-    if kind not in ALGOS:
-        raise ValueError(f"kind must be one of {ALGOS}, got {kind!r}")
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
     key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash())
     with _LOCK:
         mod = _MODULES.get(key)
@@ -150,8 +151,8 @@ class Plan:
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
         spec.require_winograd()
-        if algo not in ALGOS:
-            raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+        if algo not in KERNEL_KINDS:
+            raise ValueError(f"algo must be one of {KERNEL_KINDS}, got {algo!r}")
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
         if trace and algo != "megakernel":
@@ -305,9 +306,46 @@ class Plan:
                 f"tasks={self.graph.num_tasks}, grid={self.grid})")
 
 
+class DirectPlan:
+    """The direct-convolution path (cuda/direct.cu) behind the same call as a Plan:
+    any filter size, stride and padding; its tile configuration comes from
+    ``mapping/direct_<gpu>.json`` or the model's heuristic (megawino.direct)."""
+
+    algo = "direct"
+
+    def __init__(self, spec: LayerSpec, config=None):
+        from . import direct
+        if not isinstance(spec, LayerSpec):
+            raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
+        self.spec = spec
+        self.config = config if config is not None else direct.heuristic_config(
+            spec, gpu=gpu_name_key())
+        self._direct = direct
+
+    def __call__(self, x, w, out=None, check: bool = True):
+        cupy = _cupy()
+        spec = self.spec
+        _check_array(cupy, "x", x, spec.input_shape)
+        _check_array(cupy, "w", w, spec.weight_shape)
+        return self._direct.conv2d_direct(x, w, spec.stride, spec.padding, spec.layout,
+                                          config=self.config, out=out)
+
+    def check(self) -> None:
+        """Kernel errors surface at synchronisation (there is no watchdog to read)."""
+        _cupy().cuda.get_current_stream().synchronize()
+
+    def __repr__(self) -> str:
+        return f"DirectPlan({self.spec.describe()}, {self.spec.layout}, config={self.config.key})"
+
+
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
-         timeout_s: float = 2.0, trace: bool = False) -> Plan:
-    """A reusable :class:`Plan` for one layer shape."""
+         timeout_s: float = 2.0, trace: bool = False):
+    """A reusable plan for one layer shape: :class:`Plan` for the Winograd algos
+    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``."""
+    if algo == "direct":
+        if params is not None or mapping is not None or trace:
+            raise ValueError("algo='direct' takes no task params, mapping or trace")
+        return DirectPlan(spec)
     return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace)
 
 
@@ -323,12 +361,13 @@ def _as_cupy(cupy, arr, name):
 
 
 def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW"):
-    """3x3 stride-1 convolution (cross-correlation) as Winograd F(4x4, 3x3) on the GPU.
-    ``x`` is [N][C][H][W] (NCHW) or [N][H][W][C] (NHWC), ``w`` is [K][C][R][S]; returns a
-    CuPy array in the same layout."""
+    """Convolution (cross-correlation) on the GPU.  ``x`` is [N][C][H][W] (NCHW) or
+    [N][H][W][C] (NHWC), ``w`` is [K][C][R][S]; returns a CuPy array in the same layout.
+    ``algo="auto"``: 3x3 stride 1 runs as Winograd F(4x4, 3x3) in the megakernel,
+    everything else on the direct path; ``megakernel``, ``nonfused`` or ``direct`` force one."""
     cupy = _cupy()
     if algo not in ("auto",) + ALGOS:
-        raise ValueError(f"algo must be 'auto', 'megakernel' or 'nonfused', got {algo!r}")
+        raise ValueError(f"algo must be one of {('auto',) + ALGOS}, got {algo!r}")
     x = _as_cupy(cupy, x, "x")
     w = _as_cupy(cupy, w, "w")
     if x.ndim != 4 or w.ndim != 4:
@@ -345,9 +384,7 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
     spec = LayerSpec(int(n), int(c), int(k), int(h), int(wd), int(r), int(s), int(stride),
                      int(padding), layout)
     if algo == "auto":
-        if not spec.winograd_eligible:
-            raise NotImplementedError("direct path not built yet")
-        algo = "megakernel"
+        algo = "megakernel" if spec.winograd_eligible else "direct"
     key = (spec, algo)
     p = _PLANS.get(key)
     if p is None:

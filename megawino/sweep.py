@@ -19,8 +19,7 @@ Backends:
          ``"cpu-executor"``); other layers through a NumPy float32 direct
          convolution (``"cpu-direct"``).  Timings are CPU timings.
 ``gpu``  3x3 stride-1 layers through ``runtime.plan`` (``"megakernel"``); other
-         layers through ``runtime.conv2d(..., algo="auto")`` (``"gpu-direct"``),
-         reported as skipped when that raises NotImplementedError.  Times are
+         layers through ``runtime.plan(spec, algo="direct")`` (``"gpu-direct"``).  Times are
          CUDA-event medians after a warm-up run; the float64 reference is
          computed on the GPU (same loop as ``direct_conv_nchw``).
 ``auto`` ``gpu`` when the runtime imports and finds a GPU, else ``cpu``.
@@ -440,20 +439,11 @@ def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray, rng: np.ran
     xd = cupy.asarray(_to_layout(x, spec.layout, np))
     wd = cupy.asarray(w)
     y = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)    # poisoned
-    if spec.winograd_eligible:
-        backend = "megakernel"
-        plan = runtime.plan(spec)
-        fn, check = (lambda xs: plan(xs, wd, out=y, check=False)), plan.check  # noqa: E731
-    else:
-        backend, check = "gpu-direct", None
-        fn = lambda xs: runtime.conv2d(xs, wd, stride=spec.stride, padding=spec.padding,  # noqa: E731
-                                       algo="auto", layout=spec.layout)
-    try:
-        out = fn(xd)              # warm-up (compiles), and the output that is checked
-    except NotImplementedError:
-        return SKIPPED_DIRECT if backend == "gpu-direct" else "skipped: not built", None, None, None
-    if check is not None:
-        check()
+    backend, algo = ("megakernel", "megakernel") if spec.winograd_eligible else ("gpu-direct", "direct")
+    plan = runtime.plan(spec, algo=algo)
+    fn, check = (lambda xs: plan(xs, wd, out=y, check=False)), plan.check  # noqa: E731
+    out = fn(xd)              # warm-up (compiles), and the output that is checked
+    check()
     out = cupy.array(out, copy=True)
     xs = _rotation(cupy, xd, spec, rng)
     ms = time_cuda_stats(fn, xs, check=check)["median_us"] / 1e3

@@ -305,8 +305,8 @@ def test_conv2d_api():
     assert rel_l2(y.get(), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
     y2 = megawino.conv2d(xd, wd, padding=1, algo="nonfused")
     assert bool((y2 == y).all())
-    with pytest.raises(NotImplementedError):
-        megawino.conv2d(xd, wd, stride=2)
+    y3 = megawino.conv2d(xd, wd, stride=2)          # auto: not Winograd -> the direct path
+    assert rel_l2(y3.get(), direct_conv_nchw(x, w, 2, 1)) < 1e-6
     with pytest.raises(ValueError):
         megawino.conv2d(xd.astype(cp.float64), wd)
     with pytest.raises(ValueError):

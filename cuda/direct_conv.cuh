@@ -1,0 +1,350 @@
+// Direct convolution (any R x S, stride, padding), float32, implicit-GEMM style.
+//
+//   GEMM view:  M = N * OH * OW output pixels, "N" = K output channels,
+//               reduction over kk = (c, r, s) for NCHW, (r, s, c) for NHWC.
+//
+// The input is never copied: a thread block gathers a BK x BM slab of the
+// implicit im2col matrix straight from x, using a per-layer table
+//   table[kk] = {offset of (c, r, s) relative to a pixel's base, r, s, 0}
+// and per-pixel (base, iy0, ix0).  Padding, stride, partial tiles and the
+// reduction tail are all handled by one predicate: (unsigned)(iy0 + r) < H and
+// (unsigned)(ix0 + s) < W.  Rows of the table past C*R*S and pixels past M hold
+// r (resp. iy0) = MW_DIRECT_BIG, so they always read zero.
+//
+// Filters are pre-packed on the host side into wt[CRSp][ldw]
+// (CRSp = C*R*S rounded up to 16, ldw = K rounded up to 128, zero padding), so
+// every B load is an aligned float4 with no predicate.
+//
+// Block tile BM (pixels) x BN (channels) x BK (reduction), register tile TM x TN,
+// (BM/TM) * (BN/TN) threads, shared memory double buffered, global loads for
+// tile k+1 issued into registers before the FFMAs of tile k.
+#pragma once
+
+#ifndef MW_DIRECT_BIG
+#define MW_DIRECT_BIG (1 << 28)
+#endif
+// Reduction terms per flush of the register tile into y (0: no flush, one chain).
+#ifndef MW_DIRECT_FLUSH_TERMS
+#define MW_DIRECT_FLUSH_TERMS 0
+#endif
+
+namespace mw_direct {
+
+struct Params {
+    const float* __restrict__ x;      // input, NCHW or NHWC
+    const float* __restrict__ wt;     // packed filters [CRSp][ldw]
+    const int4* __restrict__ table;   // [CRSp] {offset, r, s, 0}
+    float* __restrict__ y;            // output, same layout as x
+    int C, H, W, K;
+    int OH, OW, M;                    // M = N * OH * OW
+    int stride, pad;
+    int ktiles;                       // ceil(C*R*S / BK)
+    int ldw;                          // row length of wt (multiple of 128)
+};
+
+template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
+struct Tile {
+    static constexpr int TX = BM / TM;           // threads along pixels
+    static constexpr int TY = BN / TN;           // threads along channels
+    static constexpr int THREADS = TX * TY;
+    static constexpr int A_ELEMS = BM * BK;
+    static constexpr int A_PER = (A_ELEMS + THREADS - 1) / THREADS;
+    static constexpr int B_VECS = BN * BK / 4;
+    static constexpr int B_PER = (B_VECS + THREADS - 1) / THREADS;
+    static constexpr int LDA = BM + 4;           // +16 B per row: float4-aligned, fewer conflicts
+    static constexpr int LDB = BN + 4;
+    static constexpr int SMEM_BYTES = 2 * BK * (LDA + LDB) * 4 + (NHWC ? BM * 16 : 0);
+
+    static_assert(BM % TM == 0 && BN % TN == 0, "tile must divide block");
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "register tile is read as float4");
+    static_assert(BM % 4 == 0 && BN % 4 == 0 && BN <= 128 && 128 % BN == 0,
+                  "BN must divide 128 (packed filter row padding)");
+    static_assert(BK <= 16 && 16 % BK == 0, "BK must divide 16 (packed filter padding)");
+    static_assert(THREADS % 32 == 0 && THREADS <= 1024, "threads");
+    // NCHW: threads run along pixels (coalesced along ox); each thread owns one pixel.
+    static_assert(NHWC || (THREADS % BM == 0 && A_ELEMS % THREADS == 0),
+                  "NCHW gather needs THREADS % BM == 0 and BM*BK % THREADS == 0");
+    // NHWC: threads run along the reduction (coalesced along c); each thread owns one kk row.
+    static_assert(!NHWC || THREADS % BK == 0, "NHWC gather needs THREADS % BK == 0");
+};
+
+template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
+__device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[TM][TN], bool add,
+                                           int m0, int k0n, int tx, int ty);
+
+template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
+__device__ __forceinline__ void conv_block(const Params& p) {
+    using T = Tile<BM, BN, BK, TM, TN, NHWC>;
+    constexpr int THREADS = T::THREADS;
+    constexpr int A_PER = T::A_PER;
+    constexpr int B_PER = T::B_PER;
+    constexpr int LDA = T::LDA;
+    constexpr int LDB = T::LDB;
+
+    __shared__ __align__(16) float As[2][BK][LDA];
+    __shared__ __align__(16) float Bs[2][BK][LDB];
+    __shared__ __align__(16) int4 minfo[NHWC ? BM : 1];   // {base, iy0, ix0, 0} per pixel
+
+    const int tid = threadIdx.x;
+    const int m0 = blockIdx.x * BM;
+    const int k0n = blockIdx.y * BN;
+    const int P = p.OH * p.OW;
+
+    // ---- per-pixel gather origin ------------------------------------------
+    auto pixel_info = [&](int m) -> int4 {
+        int4 info;
+        if (m < p.M) {
+            const int n = m / P;
+            const int pix = m - n * P;
+            const int oy = pix / p.OW;
+            const int ox = pix - oy * p.OW;
+            const int iy0 = oy * p.stride - p.pad;
+            const int ix0 = ox * p.stride - p.pad;
+            info.x = NHWC ? ((n * p.H + iy0) * p.W + ix0) * p.C
+                          : (n * p.C * p.H + iy0) * p.W + ix0;
+            info.y = iy0;
+            info.z = ix0;
+        } else {
+            info.x = 0;
+            info.y = MW_DIRECT_BIG;
+            info.z = MW_DIRECT_BIG;
+        }
+        info.w = 0;
+        return info;
+    };
+
+    int4 my_pixel = make_int4(0, MW_DIRECT_BIG, MW_DIRECT_BIG, 0);
+    if constexpr (NHWC) {
+        for (int i = tid; i < BM; i += THREADS) minfo[i] = pixel_info(m0 + i);
+        __syncthreads();
+    } else {
+        my_pixel = pixel_info(m0 + tid % BM);
+    }
+
+    float a_reg[A_PER];
+    float4 b_reg[B_PER];
+
+    auto load_global = [&](int kt) {
+        const int kbase = kt * BK;
+#pragma unroll
+        for (int i = 0; i < A_PER; ++i) {
+            const int e = tid + i * THREADS;
+            float v = 0.0f;
+            if (T::A_ELEMS % THREADS == 0 || e < T::A_ELEMS) {
+                int krow;
+                int4 pix;
+                if constexpr (NHWC) {
+                    krow = e % BK;
+                    pix = minfo[e / BK];
+                } else {
+                    krow = e / BM;
+                    pix = my_pixel;
+                }
+                const int4 t = __ldg(&p.table[kbase + krow]);
+                const int iy = pix.y + t.y;
+                const int ix = pix.z + t.z;
+                if ((unsigned)iy < (unsigned)p.H && (unsigned)ix < (unsigned)p.W)
+                    v = __ldg(p.x + (pix.x + t.x));
+            }
+            a_reg[i] = v;
+        }
+#pragma unroll
+        for (int j = 0; j < B_PER; ++j) {
+            const int e = tid + j * THREADS;
+            if (T::B_VECS % THREADS == 0 || e < T::B_VECS) {
+                const int row = e / (BN / 4);
+                const int col = (e % (BN / 4)) * 4;
+                b_reg[j] = __ldg(reinterpret_cast<const float4*>(
+                    p.wt + (size_t)(kbase + row) * p.ldw + k0n + col));
+            }
+        }
+    };
+
+    auto store_shared = [&](int buf) {
+#pragma unroll
+        for (int i = 0; i < A_PER; ++i) {
+            const int e = tid + i * THREADS;
+            if (T::A_ELEMS % THREADS == 0 || e < T::A_ELEMS) {
+                if constexpr (NHWC) As[buf][e % BK][e / BK] = a_reg[i];
+                else                As[buf][e / BM][e % BM] = a_reg[i];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < B_PER; ++j) {
+            const int e = tid + j * THREADS;
+            if (T::B_VECS % THREADS == 0 || e < T::B_VECS) {
+                const int row = e / (BN / 4);
+                const int col = (e % (BN / 4)) * 4;
+                *reinterpret_cast<float4*>(&Bs[buf][row][col]) = b_reg[j];
+            }
+        }
+    };
+
+    // ---- register tile: thread (tx, ty) owns pixels {j*TX*4 + tx*4 + 0..3}
+    //      and channels {j*TY*4 + ty*4 + 0..3}
+    const int tx = tid % T::TX;
+    const int ty = tid / T::TX;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    auto write_out = [&](const float (&tile)[TM][TN], bool add) {
+        write_tile<BM, BN, BK, TM, TN, NHWC>(p, tile, add, m0, k0n, tx, ty);
+    };
+
+    // Two-level summation (when MW_DIRECT_FLUSH_TERMS > 0): every FLUSH_KTILES k-tiles
+    // (MW_DIRECT_FLUSH_TERMS reduction terms) a thread adds its register tile into its own output elements and starts
+    // again from zero.  A float32 chain of C*R*S FMAs has a relative error growing like
+    // sqrt(C*R*S) * 2^-24 (about 2e-6 at 14700 terms); chunks of 256 keep it near 3e-7.
+    // Each output element belongs to one thread, so there is no race; the order of the
+    // additions is fixed, so results are deterministic.
+    // One software-pipelined pass over k-tiles [c0, c1) into acc.
+    auto run_chunk = [&](int c0, int c1) {
+        load_global(c0);
+        store_shared(0);
+        __syncthreads();
+        for (int kt = c0; kt < c1; ++kt) {
+            const int buf = (kt - c0) & 1;
+            const bool more = kt + 1 < c1;
+            if (more) load_global(kt + 1);
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                float a[TM], b[TN];
+#pragma unroll
+                for (int j = 0; j < TM / 4; ++j) {
+                    const float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][j * T::TX * 4 + tx * 4]);
+                    a[4 * j + 0] = v.x; a[4 * j + 1] = v.y; a[4 * j + 2] = v.z; a[4 * j + 3] = v.w;
+                }
+#pragma unroll
+                for (int j = 0; j < TN / 4; ++j) {
+                    const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][j * T::TY * 4 + ty * 4]);
+                    b[4 * j + 0] = v.x; b[4 * j + 1] = v.y; b[4 * j + 2] = v.z; b[4 * j + 3] = v.w;
+                }
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+            if (more) store_shared(buf ^ 1);
+            __syncthreads();
+        }
+    };
+
+    if constexpr (MW_DIRECT_FLUSH_TERMS > 0) {
+        constexpr int FLUSH_KTILES = MW_DIRECT_FLUSH_TERMS / BK;
+        static_assert(FLUSH_KTILES >= 1, "MW_DIRECT_FLUSH_TERMS must be 0 or >= BK");
+        for (int c0 = 0; c0 < p.ktiles; c0 += FLUSH_KTILES) {
+            run_chunk(c0, min(p.ktiles, c0 + FLUSH_KTILES));
+            write_out(acc, c0 > 0);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+        }
+    } else {
+        run_chunk(0, p.ktiles);
+        write_out(acc, false);
+    }
+}
+
+// Writes (add == false) or adds into (add == true) the thread's TM x TN outputs.
+template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
+__device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[TM][TN], bool add,
+                                           int m0, int k0n, int tx, int ty) {
+    using T = Tile<BM, BN, BK, TM, TN, NHWC>;
+    // Opaque copies: keep the compiler from hoisting this address math out of the
+    // k-loop (where the flush calls it), which would hold registers across the FFMAs.
+    asm volatile("" : "+r"(m0), "+r"(k0n), "+r"(tx), "+r"(ty));
+    const int P = p.OH * p.OW;
+    const bool y_aligned = (reinterpret_cast<unsigned long long>(p.y) & 15ull) == 0;
+    if constexpr (!NHWC) {
+        // y[n][k][pix]: four consecutive pixels of a thread are contiguous when they
+        // lie in one image; with P % 4 == 0 and m % 4 == 0 they always do.
+        const bool vec = y_aligned && (P % 4 == 0);
+#pragma unroll
+        for (int jm = 0; jm < TM / 4; ++jm) {
+            const int mb = m0 + jm * T::TX * 4 + tx * 4;
+            if (vec) {
+                if (mb < p.M) {
+                    const int n = mb / P;
+                    const int pix = mb - n * P;
+#pragma unroll
+                    for (int jn = 0; jn < TN / 4; ++jn)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
+                            if (k < p.K) {
+                                const float4 v = make_float4(acc[4 * jm + 0][4 * jn + q], acc[4 * jm + 1][4 * jn + q],
+                                                             acc[4 * jm + 2][4 * jn + q], acc[4 * jm + 3][4 * jn + q]);
+                                float4* dst = reinterpret_cast<float4*>(p.y + ((size_t)(n * p.K + k) * P + pix));
+                                if (add) {
+                                    const float4 o = *dst;
+                                    *dst = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                                } else {
+                                    *dst = v;
+                                }
+                            }
+                        }
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int m = mb + r;
+                    if (m < p.M) {
+                        const int n = m / P;
+                        const int pix = m - n * P;
+#pragma unroll
+                        for (int jn = 0; jn < TN / 4; ++jn)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) {
+                                const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
+                                if (k < p.K) {
+                                    float* dst = p.y + ((size_t)(n * p.K + k) * P + pix);
+                                    *dst = add ? *dst + acc[4 * jm + r][4 * jn + q] : acc[4 * jm + r][4 * jn + q];
+                                }
+                            }
+                    }
+                }
+            }
+        }
+    } else {
+        // y[m][k]: four consecutive channels of a thread are contiguous.
+        const bool vec = y_aligned && (p.K % 4 == 0);
+#pragma unroll
+        for (int jm = 0; jm < TM / 4; ++jm)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int m = m0 + jm * T::TX * 4 + tx * 4 + r;
+                if (m < p.M) {
+#pragma unroll
+                    for (int jn = 0; jn < TN / 4; ++jn) {
+                        const int kb = k0n + jn * T::TY * 4 + ty * 4;
+                        if (vec) {
+                            if (kb < p.K) {
+                                float4 v = make_float4(acc[4 * jm + r][4 * jn + 0], acc[4 * jm + r][4 * jn + 1],
+                                                       acc[4 * jm + r][4 * jn + 2], acc[4 * jm + r][4 * jn + 3]);
+                                float4* dst = reinterpret_cast<float4*>(p.y + ((size_t)m * p.K + kb));
+                                if (add) {
+                                    const float4 o = *dst;
+                                    v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                                }
+                                *dst = v;
+                            }
+                        } else {
+#pragma unroll
+                            for (int q = 0; q < 4; ++q)
+                                if (kb + q < p.K) {
+                                    float* dst = p.y + ((size_t)m * p.K + kb + q);
+                                    *dst = add ? *dst + acc[4 * jm + r][4 * jn + q] : acc[4 * jm + r][4 * jn + q];
+                                }
+                        }
+                    }
+                }
+            }
+    }
+}
+
+}  // namespace mw_direct
