@@ -60,7 +60,11 @@ def test_rotation_sets():
 def test_rotation_sets_cover_the_suite():
     """Every suite layer at batch 64: the sets together exceed 3x the L2 or number 64."""
     from megawino.networks import load_suite
-    for spec in load_suite(suite="winograd", batch=64):
+    try:
+        specs = load_suite(suite="winograd", batch=64)
+    except FileNotFoundError as err:          # shared/ is beside the checkout in CI
+        pytest.skip(f"shared suite file not available: {err}")
+    for spec in specs:
         nbytes = 4 * spec.N * spec.C * spec.H * spec.W
         n = common.rotation_sets(nbytes, 50 * MiB, budget_bytes=4 << 30)
         assert 2 <= n <= 64
