@@ -31,7 +31,8 @@ from .timeline import Timeline
 
 def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int) -> list[dict]:
     """Candidates sorted by simulated makespan (two stages, so big layers stay fast:
-    task sizes first with the heuristic mapping, then mappings for the best two)."""
+    task sizes first with the heuristic mapping, then every mapping for the best
+    task sizes, plus the runner-up task sizes with the heuristic mapping)."""
     cands = list(tuning.candidate_space(spec, workers=workers))
     by_params: dict = {}
     for params, mp in cands:
@@ -45,8 +46,9 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
 
     stage1 = sorted(by_params, key=lambda p: predict(
         p, tuning.default_mapping_params(graphs[p].layout, workers)))
-    ranked = [{"params": p, "mapping": mp, "predicted_us": predict(p, mp)}
-              for p in stage1[:2] for mp in by_params[p]]
+    pairs = [(stage1[0], mp) for mp in by_params[stage1[0]]]
+    pairs += [(p, tuning.default_mapping_params(graphs[p].layout, workers)) for p in stage1[1:3]]
+    ranked = [{"params": p, "mapping": mp, "predicted_us": predict(p, mp)} for p, mp in pairs]
     ranked.sort(key=lambda r: r["predicted_us"])
     return ranked[:top]
 

@@ -114,9 +114,9 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
             input_channels_per_task=max(1, min(spec.C, per_task_pairs // tiles_per_group)),
             output_k_per_task=max(1, min(spec.K, per_task_pairs // tiles_per_group)))
         groups = Layout(spec, params).num_groups
-        for dig, dgo, group_m in itertools.product(
-                (workers // 4, workers // 2, workers, 2 * workers),
-                (workers // 4, workers // 2, workers, 2 * workers), (1, 2, 4, 8)):
+        # Distances in fractions of a wave of resident blocks; M from no filter reuse to 8.
+        waves = (workers // 4, workers, 2 * workers)
+        for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):
             if group_m > groups:
                 continue
             yield params, MappingParams(dig, dgo, group_m)
