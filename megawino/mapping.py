@@ -22,13 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from .tasks import TaskGraph, TaskType
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"mapping parameter {name} must be a positive integer, got {value!r}")
-    return int(value)
+from .tasks import TaskGraph, TaskType, _positive_int
 
 
 def _non_negative(name: str, value) -> int:
@@ -48,7 +42,7 @@ class MappingParams:
     def __post_init__(self):
         _non_negative("DIG", self.dig)
         _non_negative("DGO", self.dgo)
-        _positive("M", self.m)
+        _positive_int("mapping parameter M", self.m)
 
 
 @dataclasses.dataclass(frozen=True)

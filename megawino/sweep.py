@@ -214,30 +214,12 @@ def random_inputs(spec: LayerSpec, rng: np.random.Generator) -> tuple[np.ndarray
     return x, w
 
 
-def _direct_conv(xp, x, w, stride: int, padding: int, dtype):
-    """``direct_conv_nchw``'s loop, for NumPy or CuPy arrays (``xp``)."""
-    n, c, h, wd = x.shape
-    k, c2, r, s = w.shape
-    if c != c2:
-        raise ValueError(f"input has C={c} channels but the filter expects C={c2}")
-    ho = (h + 2 * padding - r) // stride + 1
-    wo = (wd + 2 * padding - s) // stride + 1
-    xpad = xp.zeros((n, c, h + 2 * padding, wd + 2 * padding), dtype=dtype)
-    xpad[:, :, padding:padding + h, padding:padding + wd] = x
-    wt = w.astype(dtype)
-    y = xp.zeros((k, n, ho, wo), dtype=dtype)
-    for i in range(r):
-        for j in range(s):
-            window = xpad[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
-            y += xp.tensordot(wt[:, :, i, j], window, axes=([1], [1]))    # [k][n][ho][wo]
-    return xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
-
-
 def direct_conv_float32(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
     """Direct convolution (cross-correlation) in float32 with NumPy, NCHW x KCRS -> NKHW:
     the CPU path for layers the Winograd executor does not take (1x1, 7x7, strided)."""
-    return _direct_conv(np, np.asarray(x, dtype=np.float32), np.asarray(w, dtype=np.float32),
-                        stride, padding, np.float32)
+    from .winograd import direct_conv_nchw
+    return direct_conv_nchw(np.asarray(x, dtype=np.float32), np.asarray(w, dtype=np.float32),
+                            stride, padding, np.float32)
 
 
 # ---------------------------------------------------------------------------
@@ -476,8 +458,9 @@ def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
     used, ms, y, cudnn_ms = _run_gpu(runtime, spec, x, w, rng, compare)
     if ms is None:
         return LayerResult(name, spec, layer.count, used, None, None, None)
-    ref = _direct_conv(cupy, cupy.asarray(x), cupy.asarray(w), spec.stride, spec.padding,
-                       cupy.float64)
+    from .winograd import direct_conv_nchw
+    ref = direct_conv_nchw(cupy.asarray(x), cupy.asarray(w), spec.stride, spec.padding,
+                           cupy.float64, xp=cupy)
     err = gpu_rel_l2(y, ref)
     del ref
     return LayerResult(name, spec, layer.count, used, ms, err, GPU_TOLERANCE, cudnn_ms=cudnn_ms)

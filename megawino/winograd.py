@@ -158,24 +158,24 @@ def winograd_conv_nhwc(x_nhwc: np.ndarray, w: np.ndarray, padding: int, m: int =
 # Direct convolution reference (any R, S, stride, padding)
 # ---------------------------------------------------------------------------
 
-def direct_conv_nchw(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0,
-                     dtype=np.float64) -> np.ndarray:
-    """Cross-correlation, x[N][C][H][W], w[K][C][R][S] -> y[N][K][Ho][Wo]."""
+def direct_conv_nchw(x, w, stride: int = 1, padding: int = 0, dtype=np.float64, xp=np):
+    """Cross-correlation, x[N][C][H][W], w[K][C][R][S] -> y[N][K][Ho][Wo], accumulated
+    in ``dtype``.  ``xp`` is NumPy, or CuPy for the same loop on the GPU."""
     n, c, h, wd = x.shape
     k, c2, r, s = w.shape
     if c != c2:
         raise ValueError(f"input has C={c} channels but the filter expects C={c2}")
     ho = (h + 2 * padding - r) // stride + 1
     wo = (wd + 2 * padding - s) // stride + 1
-    xp = np.zeros((n, c, h + 2 * padding, wd + 2 * padding), dtype=dtype)
-    xp[:, :, padding:padding + h, padding:padding + wd] = x
+    xpad = xp.zeros((n, c, h + 2 * padding, wd + 2 * padding), dtype=dtype)
+    xpad[:, :, padding:padding + h, padding:padding + wd] = x
     wt = w.astype(dtype)
-    y = np.zeros((n, k, ho, wo), dtype=dtype)
+    y = xp.zeros((k, n, ho, wo), dtype=dtype)
     for i in range(r):
         for j in range(s):
-            window = xp[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
-            y += np.einsum("nchw,kc->nkhw", window, wt[:, :, i, j], optimize=True)
-    return y
+            window = xpad[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
+            y += xp.tensordot(wt[:, :, i, j], window, axes=([1], [1]))    # [k][n][ho][wo]
+    return xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
 
 
 def rel_l2(out, ref) -> float:
