@@ -5,6 +5,18 @@
 // measured slower in the megakernel (bench/NOTES.md, experiment 2).
 // Layer sizes are runtime parameters (params.cuh), so one build serves every layer.
 // Builds standalone:  nvcc -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/megakernel.cu
+// Transform lane maps inside the 128-register budget (2 blocks/SM): one channel per thread
+// (2 channels per thread spill here, bench/NOTES.md experiment 4); the non-fused kernels use the
+// header defaults.  Same arithmetic per element, so the results stay bitwise equal.
+#ifndef MW_IN_CPT
+#define MW_IN_CPT 1
+#endif
+#ifndef MW_OUT_CPT
+#define MW_OUT_CPT 1
+#endif
+#ifndef MW_OUT_CW
+#define MW_OUT_CW 8
+#endif
 #include "generated_tasks.cuh"
 #include "params.cuh"
 #include "scheduler.cuh"
@@ -38,8 +50,8 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     switch (type) {
       case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
 #if MW_NHWC || !defined(MW_STAGED_NCHW)
-      case TASK_INPUT: input_transform_task<MW_M, MW_NHWC != 0>(p, x, group, index); break;
-      case TASK_OUTPUT: output_transform_task<MW_M, MW_NHWC != 0>(p, y, group, index); break;
+      case TASK_INPUT: input_transform_default<MW_M, MW_NHWC != 0>(p, x, group, index); break;
+      case TASK_OUTPUT: output_transform_default<MW_M, MW_NHWC != 0>(p, y, group, index); break;
 #else
       case TASK_INPUT:
         input_transform_task_staged<MW_M>(p, x, group, index, reinterpret_cast<float*>(&smem));

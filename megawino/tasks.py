@@ -96,9 +96,12 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     """
     spec.require_winograd()
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
-    tiles_per_group = 128 if tiles >= 128 * 132 else GEMM_BLOCK_ROWS
     k_stride = _round_up(spec.K, K_ALIGN)
     gemm_k = min(k_stride, 64)
+    # 128-row GEMM tasks (the 128 x 64 block tile; 64-row tasks run it at 20-23 TFLOP/s) as long
+    # as they still make about two waves of 2 x 132 resident blocks on the H100.
+    gemm_tasks_128 = -(-tiles // 128) * (m + 2) ** 2 * -(-k_stride // gemm_k)
+    tiles_per_group = 128 if gemm_tasks_128 >= 2 * 2 * 132 else GEMM_BLOCK_ROWS
     per_task_pairs = 4096
     input_channels = max(1, min(_round_up(spec.C, CHANNEL_ALIGN), per_task_pairs // tiles_per_group))
     output_k = max(1, min(spec.K, per_task_pairs // tiles_per_group))

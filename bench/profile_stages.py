@@ -1,0 +1,143 @@
+"""Stage-level A/B harness for the CUDA transforms and GEMM (bench/NOTES.md experiments 4-5).
+
+Compiles cuda/nonfused.cu and cuda/megakernel.cu with extra -D options (variants), launches
+their kernels on a normal Plan's parameter block, checks bitwise equality of V / M / y against
+the first variant, and times each stage (median of CUDA events).
+
+    PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/profile_stages.py variants \
+        --layers vgg16.conv1_2,resnet50.conv4 --variants "-DMW_XFORM_V1;" --json $OUT/v.json
+    ncu ... python3 bench/profile_stages.py ncu --layers vgg16.conv1_2 --batch 16 --variants "..."
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+import megawino
+from megawino import networks, runtime
+from megawino.tasks import TaskType, default_params
+
+
+def events_median(fn, warmup=2, reps=10):
+    import cupy as cp
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
+    return statistics.median(ts)
+
+
+_MODS = {}
+
+
+def build(kind, spec, extra):
+    import cupy as cp
+    key = (kind, spec.layout, extra)
+    if key in _MODS:
+        return _MODS[key]
+    opts = runtime.compile_options(4, spec.layout, False) + tuple(extra.split())
+    code = (runtime.cuda_dir() / f"{kind}.cu").read_text()
+    _MODS[key] = cp.RawModule(code=code, options=opts)
+    return _MODS[key]
+
+
+def stage_launcher(plan, mod, ttype, arr=None):
+    names = {TaskType.FILTER: "filter", TaskType.INPUT: "input", TaskType.GEMM: "gemm",
+             TaskType.OUTPUT: "output"}
+    fn = mod.get_function(f"mw_{names[ttype]}_kernel")
+    first, count = plan._type_range[ttype]
+    args = (plan._pbuf,) + (() if ttype == TaskType.GEMM else (arr,)) + (np.int32(first),)
+    return lambda: fn((count,), (runtime.BLOCK_THREADS,), args)
+
+
+def main(argv=None):
+    import cupy as cp
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("variants", "ncu"))
+    ap.add_argument("--layers", default="vgg16.conv1_2")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--variants", default="-DMW_XFORM_V1;")
+    ap.add_argument("--stages", default="input,output,gemm")
+    ap.add_argument("--mega", action="store_true")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    specs = networks.load_suite(suite="winograd", batch=args.batch)
+    keep = args.layers.split(",")
+    specs = [s for s in specs if any(k in s.name for k in keep)]
+    variants = [v.strip() for v in args.variants.split(";")]
+    stages = args.stages.split(",")
+    rows = []
+    rng = cp.random.default_rng(1)
+    for spec in specs:
+        params = default_params(spec)
+        x = rng.standard_normal(spec.input_shape, dtype=cp.float32)
+        w = rng.standard_normal(spec.weight_shape, dtype=cp.float32)
+        nf = megawino.plan(spec, params=params, algo="nonfused")
+        mega = megawino.plan(spec, params=params) if args.mega else None
+        y = cp.empty(spec.output_shape, dtype=cp.float32)
+        ref = {}
+        for vi, var in enumerate(variants):
+            mod = build("nonfused", spec, var)
+            f = stage_launcher(nf, mod, TaskType.FILTER, w)
+            fi = stage_launcher(nf, mod, TaskType.INPUT, x)
+            fg = stage_launcher(nf, mod, TaskType.GEMM)
+            fo = stage_launcher(nf, mod, TaskType.OUTPUT, y)
+            for b in (nf.V, nf.M, y):
+                b.fill(np.nan)
+            f(); fi(); fg(); fo()
+            cp.cuda.get_current_stream().synchronize()
+            if args.mode == "ncu":
+                continue
+            got = {"V": nf.V.copy(), "M": nf.M.copy(), "y": y.copy()}
+            if vi == 0:
+                ref = got
+            same = {k: bool(cp.array_equal(got[k], ref[k])) for k in got}
+            nan = bool(cp.isnan(y).any())
+            row = dict(layer=spec.name, variant=var or "(default)", same=same, nan=nan,
+                       tpg=params.tiles_per_group)
+            if "input" in stages:
+                row["input_us"] = events_median(fi, reps=args.reps)
+            if "gemm" in stages:
+                row["gemm_us"] = events_median(fg, reps=args.reps)
+                lay = nf.layout
+                row["gemm_tflops"] = 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride / row["gemm_us"] / 1e6
+            if "output" in stages:
+                row["output_us"] = events_median(fo, reps=args.reps)
+            if mega is not None:
+                mm = build("megakernel", spec, var)
+                fn = mm.get_function("mw_megakernel")
+                ym = cp.full(spec.output_shape, np.nan, dtype=cp.float32)
+                run = lambda: fn((mega.grid,), (runtime.BLOCK_THREADS,), (mega._pbuf, x, w, ym))  # noqa: E731
+                run()
+                mega.check()
+                row["mega_same_as_nonfused"] = bool(cp.array_equal(ym, y))
+                row["mega_us"] = events_median(run, reps=args.reps)
+                mega.check()
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del nf, mega, x, w, y, ref
+        cp.get_default_memory_pool().free_all_blocks()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if rows:
+        print("\n| layer | variant | input us | GEMM us | TFLOP/s | output us | mega us | same |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['layer']} | {r['variant']} | {r.get('input_us', 0):.1f} | {r.get('gemm_us', 0):.1f} | "
+                  f"{r.get('gemm_tflops', 0):.1f} | {r.get('output_us', 0):.1f} | {r.get('mega_us', 0):.1f} | "
+                  f"{all(r['same'].values()) and not r['nan'] and r.get('mega_same_as_nonfused', True)} |")
+
+
+if __name__ == "__main__":
+    main()
