@@ -1,6 +1,6 @@
 // Direct-convolution kernel entry point, one instantiation per compile.
 // The tile parameters are compile-time constants passed as -D defines by
-// megawino/direct.py (defaults below so that the file compiles standalone:
+// megawino/direct/config.py (defaults below so that the file compiles standalone:
 //   nvcc -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/direct.cu).
 #include "direct_conv.cuh"
 

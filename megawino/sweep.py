@@ -23,6 +23,8 @@ Backends:
          CUDA-event medians after a warm-up run; the float64 reference is
          computed on the GPU (same loop as ``direct_conv_nchw``).
 ``auto`` ``gpu`` when the runtime imports and finds a GPU, else ``cpu``.
+
+GPU detection and the GPU runs: :mod:`megawino.sweep_gpu` (re-exported here).
 """
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 from typing import Callable, Iterable, Sequence
 
@@ -40,6 +41,7 @@ import numpy as np
 
 from .networks import NetworkLayer, network_layers
 from .spec import LayerSpec
+from .sweep_gpu import gpu_info, gpu_runtime, gpu_status, run_layer_gpu
 
 __all__ = [
     "CPU_TOLERANCE", "GPU_TOLERANCE", "LayerResult", "SweepResult", "gpu_runtime", "gpu_status",
@@ -75,57 +77,6 @@ def megawino_version() -> str:
         return "unknown"
 
 
-def _cupy_problem() -> str:
-    """Why CuPy does not import ("" when it does, or when it is simply not installed)."""
-    try:
-        import cupy  # noqa: F401
-        return ""
-    except Exception as exc:
-        if isinstance(exc, ImportError) and getattr(exc, "name", None) == "cupy":
-            return ""
-        text = str(exc)
-        if "Original error:" in text:      # CuPy wraps the real error in a banner
-            text = text.split("Original error:", 1)[1].split("=====", 1)[0]
-        text = " ".join(text.split()) or type(exc).__name__
-        reason = f"CuPy does not import ({text})"
-        shadow = sys.modules.get("cuda")
-        where = getattr(shadow, "__file__", None)
-        if where and os.path.basename(where) == "__init__.py" and \
-                not os.path.isdir(os.path.join(os.path.dirname(where), "pathfinder")):
-            reason += f"; {where} shadows NVIDIA's 'cuda' namespace package"
-        return reason
-
-
-def gpu_status():
-    """(runtime module or None, why not): the runtime when it imports and sees a GPU.
-
-    Anything going wrong on the way (no runtime module yet, CuPy missing or
-    broken, no driver, no device) means "no GPU": the CPU path takes over.
-    """
-    try:
-        from . import runtime
-    except Exception as exc:   # ImportError, or a broken CuPy install raising anything
-        return None, f"the GPU runtime does not import ({type(exc).__name__}: {exc})"
-    try:
-        if runtime.gpu_available():
-            return runtime, ""
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    problem = _cupy_problem()
-    if problem:
-        return None, problem
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return None, "CuPy is not installed"
-    return None, "CuPy finds no CUDA device"
-
-
-def gpu_runtime():
-    """The ``megawino.runtime`` module when it imports and sees a GPU, else None."""
-    return gpu_status()[0]
-
-
 def resolve_backend(backend: str = "auto") -> str:
     """``"cpu"`` or ``"gpu"``; ValueError for an unknown name or ``gpu`` without a GPU."""
     if backend not in BACKENDS:
@@ -150,18 +101,7 @@ def machine_info(backend: str | None = None) -> dict:
         "numpy": np.__version__,
     }
     if backend == "gpu":
-        try:
-            import cupy
-            info["cupy"] = cupy.__version__
-            dev = cupy.cuda.Device()
-            props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-            name = props.get("name", b"")
-            info["gpu"] = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-            info["gpu_sms"] = int(props.get("multiProcessorCount", 0)) or None
-            info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
-            info["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-        except Exception as err:   # the sweep ran; don't lose its results over metadata
-            info["gpu_error"] = f"{type(err).__name__}: {err}"
+        info.update(gpu_info())
     return info
 
 
@@ -403,40 +343,6 @@ def _cpu_time_ms(fn, max_runs: int = CPU_MAX_RUNS, budget_s: float = CPU_BUDGET_
     return best * 1e3, out
 
 
-def _rotation(cupy, first, spec: LayerSpec, rng: np.random.Generator) -> list:
-    """``first`` plus enough fresh random inputs that the L2 cannot serve repeats."""
-    from .timing import l2_bytes, rotation_sets
-    free = cupy.cuda.Device().mem_info[0]
-    sets = rotation_sets(first.nbytes, l2_bytes(), budget_bytes=min(2 << 30, free // 8))
-    return [first] + [cupy.asarray(_to_layout(random_inputs(spec, rng)[0], spec.layout, np))
-                      for _ in range(sets - 1)]
-
-
-def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray, rng: np.random.Generator,
-             compare: str | None = None):
-    """(backend, time_ms, y as a CuPy NCHW array, cuDNN ms or None), or (skip message, None,
-    None, None).  Timing: ``megawino.timing`` (rotated inputs, median of CUDA events)."""
-    import cupy
-    from .timing import time_cuda_stats
-    xd = cupy.asarray(_to_layout(x, spec.layout, np))
-    wd = cupy.asarray(w)
-    y = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)    # poisoned
-    backend, algo = ("megakernel", "megakernel") if spec.winograd_eligible else ("gpu-direct", "direct")
-    plan = runtime.plan(spec, algo=algo)
-    fn, check = (lambda xs: plan(xs, wd, out=y, check=False)), plan.check  # noqa: E731
-    out = fn(xd)              # warm-up (compiles), and the output that is checked
-    check()
-    out = cupy.array(out, copy=True)
-    xs = _rotation(cupy, xd, spec, rng)
-    ms = time_cuda_stats(fn, xs, check=check)["median_us"] / 1e3
-    cudnn_ms = None
-    if compare == "cudnn":
-        from .cudnn import cudnn_fp32_us
-        xs_nchw = [_from_layout(x_, spec.layout, cupy) for x_ in xs]
-        cudnn_ms = cudnn_fp32_us(spec, xs_nchw, wd)["best_us"] / 1e3
-    return backend, ms, _from_layout(out, spec.layout, cupy), cudnn_ms
-
-
 def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
               task_params=None, mapping_params=None, compare: str | None = None) -> LayerResult:
     """Run one layer (NetworkLayer or LayerSpec) on ``backend`` ("cpu" or "gpu";
@@ -452,18 +358,9 @@ def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
         from .winograd import direct_conv_nchw, rel_l2
         ref = direct_conv_nchw(x, w, spec.stride, spec.padding)
         return LayerResult(name, spec, layer.count, used, ms, rel_l2(y, ref), CPU_TOLERANCE)
-    import cupy
-    from .timing import gpu_rel_l2
-    runtime = gpu_runtime()
-    used, ms, y, cudnn_ms = _run_gpu(runtime, spec, x, w, rng, compare)
-    if ms is None:
-        return LayerResult(name, spec, layer.count, used, None, None, None)
-    from .winograd import direct_conv_nchw
-    ref = direct_conv_nchw(cupy.asarray(x), cupy.asarray(w), spec.stride, spec.padding,
-                           cupy.float64, xp=cupy)
-    err = gpu_rel_l2(y, ref)
-    del ref
-    return LayerResult(name, spec, layer.count, used, ms, err, GPU_TOLERANCE, cudnn_ms=cudnn_ms)
+    used, ms, err, cudnn_ms = run_layer_gpu(gpu_runtime(), spec, x, w, rng, compare)
+    tolerance = None if ms is None else GPU_TOLERANCE     # None: skipped
+    return LayerResult(name, spec, layer.count, used, ms, err, tolerance, cudnn_ms=cudnn_ms)
 
 
 def run_sweep(layers: Iterable, backend: str = "auto", seed: int = 0,

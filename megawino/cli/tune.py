@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .common import DEFAULT_LAYER_BATCH, resolve_layer
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune mapping and task parameters on the GPU")
@@ -23,8 +25,7 @@ def add_parser(sub) -> None:
 
 
 def _targets(target: str, batch: int | None):
-    from .cli import DEFAULT_LAYER_BATCH, resolve_layer
-    from .networks import NETWORKS, load_suite, network_layers
+    from ..networks import NETWORKS, load_suite, network_layers
     batch_or_default = DEFAULT_LAYER_BATCH if batch is None else batch
     if target == "suite":
         return load_suite(suite="winograd", batch=batch)
@@ -37,8 +38,8 @@ def _targets(target: str, batch: int | None):
 def cmd_tune(args, out: Console, err: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import tune
-    from .sweep import gpu_status
+    from .. import tune
+    from ..sweep import gpu_status
     for name in ("budget", "top", "reps"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")

@@ -1,0 +1,172 @@
+"""``megawino mapping LAYER``: task counts and the ticket order of one layer (and the
+mapping options and graph building that ``megawino timeline`` shares)."""
+from __future__ import annotations
+
+import argparse
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .common import DEFAULT_LAYER_BATCH, resolve_layer
+
+STRIP_LINES = 6               # the mapping strip: at most this many lines of the terminal
+TYPE_LETTERS = "FIGO"
+TYPE_COLORS = ("magenta", "cyan", "green", "blue")   # as in megawino.timeline
+
+
+def _type_style():
+    """(letters, colours) per TaskType, from the timeline module when it is there."""
+    try:
+        from ..timeline import TYPE_COLORS as colors, TYPE_LETTERS as letters
+        return letters, colors
+    except ImportError:
+        return TYPE_LETTERS, TYPE_COLORS
+
+
+def _add_mapping_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("layer", metavar="LAYER",
+                   help="layer name (resnet50.conv2_x) or shape string (n64c64k64h56w56)")
+    p.add_argument("--batch", type=int, default=None,
+                   help=f"batch size (layer names: default {DEFAULT_LAYER_BATCH}; "
+                        "shape strings: replaces n)")
+    p.add_argument("--resolution", type=int, default=None,
+                   help="network input resolution (layer names only)")
+    p.add_argument("--dig", type=int, default=64, help="min tickets input -> GEMM (default 64)")
+    p.add_argument("--dgo", type=int, default=128, help="min tickets GEMM -> output (default 128)")
+    p.add_argument("--m", type=int, default=4, help="groups sharing a filter matrix (default 4)")
+    p.add_argument("--sequential", action="store_true",
+                   help="the sequential mapping (all F, I, G, then O) instead")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("mapping", help="task counts and ticket order of one layer")
+    _add_mapping_options(p)
+    p.set_defaults(func=cmd_mapping)
+
+
+def _build_mapping(spec, args):
+    """(graph, Mapping) for the layer with the command's mapping options.
+    Mapping parameters are validated even with --sequential."""
+    from ..mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
+    from ..tasks import build_graph
+    params = MappingParams(args.dig, args.dgo, args.m)
+    if not spec.winograd_eligible:
+        raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
+                         "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")
+    graph = build_graph(spec)
+    if args.sequential:
+        return graph, Mapping(sequential_mapping(graph), "sequential", None, 0)
+    return graph, build_interleaved(graph, params)
+
+
+def _strip_lines(types, width: int, max_lines: int = STRIP_LINES):
+    """Task types in ticket order as coloured lines of at most ``width`` characters:
+    one character per ticket when that fits in ``max_lines`` lines, else per bucket of
+    tickets (its majority type; lower case when the bucket is mixed).
+    Returns (lines, tickets per character)."""
+    import numpy as np
+    letters, colors = _type_style()
+    n = len(types)
+    width = max(10, width)
+    per = max(1, -(-n // (width * max_lines)))
+    chars = -(-n // per)
+    padded = np.full(chars * per, -1, dtype=np.int64)
+    padded[:n] = types
+    buckets = padded.reshape(chars, per)
+    counts = np.stack([(buckets == t).sum(axis=1) for t in range(len(letters))], axis=1)
+    major = counts.argmax(axis=1)
+    pure = counts.max(axis=1) == (buckets >= 0).sum(axis=1)
+    lines = []
+    for start in range(0, chars, width):
+        line = Text()
+        for t, p in zip(major[start:start + width].tolist(), pure[start:start + width].tolist()):
+            line.append(letters[t] if p else letters[t].lower(), style=colors[t])
+        lines.append(line)
+    return lines, per
+
+
+def _legend() -> Text:
+    letters, colors = _type_style()
+    text = Text()
+    for letter, name, color in zip(letters, ("filter", "input", "GEMM", "output"), colors):
+        text.append(letter, style=f"bold {color}").append(f" {name}  ")
+    return text
+
+
+def cmd_mapping(args, out: Console, err: Console) -> int:
+    import numpy as np
+
+    from ..mapping import MappingError, dependency_distances, validate_mapping
+    from ..tasks import TaskType
+    spec = resolve_layer(args.layer, args.batch, args.resolution)
+    try:
+        graph, mapping = _build_mapping(spec, args)
+        verdict = None
+    except MappingError as exc:   # the builder's own check failed: report it, exit 1
+        graph, mapping, verdict = None, None, str(exc)
+    layout = graph.layout if graph is not None else None
+
+    out.print(Text(f"{spec.name}  ", style="bold") + Text(spec.describe()))
+    if layout is not None:
+        p = layout.params
+        out.print(Text(f"F({p.m}x{p.m},3x3), {layout.tiles} tiles; task params: {p.tiles_per_group} "
+                       f"tiles/group, {p.input_channels_per_task} ch/input task, "
+                       f"{p.gemm_k_per_task} K/GEMM task, {p.output_k_per_task} K/output task, "
+                       f"{p.filter_pairs_per_task} pairs/filter task", style="dim"))
+        counts = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("N_F", "S_I", "S_G", "S_O", "NG", "tasks", "counters"):
+            counts.add_column(col, justify="right")
+        counts.add_row(*map(str, (layout.num_filter_tasks, layout.inputs_per_group,
+                                  layout.gemms_per_group, layout.outputs_per_group,
+                                  layout.num_groups, graph.num_tasks, layout.num_counters)))
+        out.print(counts)
+
+    if args.sequential:
+        out.print(Text("mapping: sequential (all F, then I, G, O)", style="bold"))
+    else:
+        out.print(Text(f"mapping: interleaved  DIG {args.dig}  DGO {args.dgo}  M {args.m}",
+                       style="bold"))
+
+    if verdict is None:
+        try:
+            validate_mapping(graph, mapping.order)
+        except MappingError as exc:
+            verdict = str(exc)
+    if verdict is None:
+        out.print(Text("validator: ") + Text("valid", style="bold green")
+                  + Text(" (a permutation of the tasks; every parent at an earlier ticket)",
+                         style="dim"))
+    else:
+        out.print(Text("validator: ") + Text("invalid: ", style="bold red")
+                  + Text(verdict, style="red"))
+        return 1
+
+    dist = dependency_distances(graph, mapping.order)
+    types = graph.types
+    parts = []
+    targets = {TaskType.GEMM: ("DIG", args.dig), TaskType.OUTPUT: ("DGO", args.dgo)}
+    for t in (TaskType.GEMM, TaskType.OUTPUT):
+        sel = (types == int(t)) & (dist >= 0)
+        if not sel.any():
+            continue
+        low = int(dist[sel].min())
+        below = int((dist[sel] < targets[t][1]).sum()) if not args.sequential else 0
+        text = f"{t.name} {low}"
+        if not args.sequential:
+            text += f" ({targets[t][0]} {targets[t][1]}, {below} below)"
+        parts.append(text)
+    out.print("min parent distance: " + ";  ".join(parts))
+    if not args.sequential:
+        out.print(f"relaxed placements: {mapping.relaxed}")
+
+    ordered = types[np.asarray(mapping.order)]
+    lines, per = _strip_lines(ordered, out.width)
+    unit = "one character per ticket" if per == 1 else \
+        f"one character per {per} tickets (majority type; lower case: mixed)"
+    out.print(Text(f"ticket order, {len(ordered)} tickets, {unit}:", style="dim"))
+    for line in lines:
+        out.print(line, soft_wrap=True)
+    out.print(_legend())
+    return 0

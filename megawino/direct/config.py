@@ -1,0 +1,274 @@
+"""Tile configurations of the direct kernel, the parameter space and the resource filter.
+
+* :class:`DirectConfig`: the tile parameters (block tile BM x BN x BK, register
+  tile TM x TN, ``min_blocks`` of ``__launch_bounds__``), compile-time constants;
+* :class:`Hardware`: what the model and the filter know of the GPU (:data:`H100`);
+* the parameter space (:data:`GRID`, :func:`all_configs`, :func:`candidate_configs`)
+  and the resource filter (:func:`resource_ok`: threads, registers, shared memory,
+  no spills).  Registers and spills come from the ptxas reports of every config in
+  the space, compiled for sm_90: ``mapping/direct_ptxas_sm90.json``, read once on
+  first use (:func:`ptxas_table`); ``python -m megawino.direct --ptxas`` rewrites it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import pathlib
+import re
+
+from ..resources import mapping_dir
+from ..spec import LayerSpec
+
+BIG = 1 << 28            # MW_DIRECT_BIG in direct_conv.cuh
+INT32_LIMIT = 2**31 - 2**24   # element count limit of x and y (32-bit offsets in the kernel)
+PACK_ROWS = 16           # CRS is padded to a multiple of this (every BK divides it)
+PACK_COLS = 128          # K is padded to a multiple of this (every BN divides it)
+FLUSH_TERMS = 256        # reduction terms per partial sum when flushing (MW_DIRECT_FLUSH_TERMS)
+FLUSH_MIN_CRS = 1024     # flush only when C*R*S exceeds this
+
+
+def flush_terms(spec: LayerSpec) -> int:
+    """MW_DIRECT_FLUSH_TERMS for a layer.  One float32 FMA chain of n terms has a
+    relative L2 error near 2^-24 * sqrt(n / 2) (about 6e-7 at n = 1024, 2e-6 at
+    14700); above FLUSH_MIN_CRS the kernel sums chunks of FLUSH_TERMS and adds the
+    chunk sums into y (about 3e-7 at any n)."""
+    return FLUSH_TERMS if spec.C * spec.R * spec.S > FLUSH_MIN_CRS else 0
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, order=True)
+class DirectConfig:
+    """Tile parameters of one compiled direct kernel."""
+
+    BM: int = 128         # output pixels per block
+    BN: int = 128         # output channels per block
+    BK: int = 8           # reduction slab per pipeline stage
+    TM: int = 8           # pixels per thread (multiple of 4)
+    TN: int = 8           # channels per thread (multiple of 4)
+    min_blocks: int = 1   # __launch_bounds__ min blocks per SM (caps registers)
+
+    @property
+    def TX(self) -> int:
+        return self.BM // self.TM
+
+    @property
+    def TY(self) -> int:
+        return self.BN // self.TN
+
+    @property
+    def threads(self) -> int:
+        return self.TX * self.TY
+
+    @property
+    def a_per(self) -> int:
+        return -(-(self.BM * self.BK) // self.threads)
+
+    @property
+    def b_per(self) -> int:
+        return -(-(self.BN * self.BK // 4) // self.threads)
+
+    def smem_bytes(self, nhwc: bool = False) -> int:
+        """Static shared memory, as in ``Tile::SMEM_BYTES``."""
+        return 2 * self.BK * ((self.BM + 4) + (self.BN + 4)) * 4 + (self.BM * 16 if nhwc else 0)
+
+    @property
+    def key(self) -> str:
+        return (f"bm{self.BM}bn{self.BN}bk{self.BK}tm{self.TM}tn{self.TN}"
+                f"mb{self.min_blocks}")
+
+    @classmethod
+    def from_key(cls, key: str) -> "DirectConfig":
+        m = re.fullmatch(r"bm(\d+)bn(\d+)bk(\d+)tm(\d+)tn(\d+)mb(\d+)", key)
+        if not m:
+            raise ValueError(f"not a direct config key: {key!r}")
+        return cls(*map(int, m.groups()))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DirectConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: int(v) for k, v in data.items() if k in fields})
+
+    def defines(self, nhwc: bool, flush: int = 0) -> tuple[str, ...]:
+        return (f"-DMW_DIRECT_FLUSH_TERMS={int(flush)}", f"-DMW_DIRECT_BM={self.BM}", f"-DMW_DIRECT_BN={self.BN}",
+                f"-DMW_DIRECT_BK={self.BK}", f"-DMW_DIRECT_TM={self.TM}",
+                f"-DMW_DIRECT_TN={self.TN}", f"-DMW_DIRECT_NHWC={int(bool(nhwc))}",
+                f"-DMW_DIRECT_MINBLOCKS={self.min_blocks}")
+
+
+GRID = {"BM": (32, 64, 128), "BN": (32, 64, 128), "BK": (8, 16), "TM": (4, 8), "TN": (4, 8),
+        "min_blocks": (1, 2)}
+
+DEFAULT_CONFIG = DirectConfig(128, 128, 8, 8, 8, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """What the model and the resource filter know of the GPU."""
+
+    name: str = "h100"
+    sms: int = 132
+    clock_hz: float = 1.755e9
+    ffma_lanes: int = 128            # FP32 lanes per SM (4 schedulers x 32)
+    issue_per_clk: int = 4           # warp instructions per clock per SM
+    regs_per_sm: int = 65536
+    regs_per_thread: int = 255
+    smem_per_sm: int = 228 * 1024
+    smem_static_per_block: int = 48 * 1024
+    smem_reserved_per_block: int = 1024
+    threads_per_sm: int = 2048
+    threads_per_block: int = 1024
+    blocks_per_sm: int = 32
+    dram_bw: float = 2.97e12         # bytes/s, measured copy
+    l2_bw: float = 5.5e12            # bytes/s, L2 -> SMs
+    l2_bytes: int = 50 * 2**20
+    smem_bytes_per_clk: int = 128    # per SM
+    global_latency_clk: int = 900
+    smem_latency_clk: int = 32
+    launch_us: float = 3.0
+
+
+H100 = Hardware()
+
+
+def structural_ok(cfg: DirectConfig, nhwc: bool = False) -> bool:
+    """The static_asserts of ``Tile`` in direct_conv.cuh."""
+    BM, BN, BK, TM, TN = cfg.BM, cfg.BN, cfg.BK, cfg.TM, cfg.TN
+    if min(BM, BN, BK, TM, TN) < 1 or cfg.min_blocks < 1:
+        return False
+    if BM % TM or BN % TN or TM % 4 or TN % 4 or BM % 4 or BN % 4:
+        return False
+    if BN > PACK_COLS or PACK_COLS % BN or BK > PACK_ROWS or PACK_ROWS % BK:
+        return False
+    t = cfg.threads
+    if t % 32 or t > 1024:
+        return False
+    if nhwc:
+        return t % BK == 0
+    return t % BM == 0 and (BM * BK) % t == 0
+
+
+# ---------------------------------------------------------------------------
+# ptxas table and resource filter
+# ---------------------------------------------------------------------------
+
+PTXAS_TABLE = "direct_ptxas_sm90.json"
+
+
+def ptxas_table_path() -> pathlib.Path:
+    return mapping_dir() / PTXAS_TABLE
+
+
+@functools.lru_cache(maxsize=1)
+def ptxas_table() -> dict[str, tuple[int, int, int]]:
+    """ptxas (``-arch=sm_90``) on cuda/direct.cu for every structurally valid config of
+    GRID, both layouts, with and without the flush ("f" suffix): key (:func:`_ptxas_key`)
+    -> (registers, spill bytes (stack + stores + loads), static smem bytes).  Read once
+    from ``mapping/direct_ptxas_sm90.json``; regenerate with ``python -m megawino.direct --ptxas``."""
+    with open(ptxas_table_path(), encoding="utf-8") as fh:
+        data = json.load(fh)
+    return {key: tuple(int(v) for v in value) for key, value in data["entries"].items()}
+
+
+def _ptxas_key(cfg: DirectConfig, nhwc: bool, flush: int = 0) -> str:
+    return cfg.key + ("nhwc" if nhwc else "nchw") + ("f" if flush else "")
+
+
+def estimate_registers(cfg: DirectConfig, nhwc: bool = False, flush: int = 0) -> int:
+    """Registers per thread: the ptxas report when the config was compiled here,
+    else an estimate (accumulators + fragments + prefetch + addressing)."""
+    hit = ptxas_table().get(_ptxas_key(cfg, nhwc, flush))
+    if hit is not None:
+        return hit[0]
+    est = cfg.TM * cfg.TN + cfg.TM + cfg.TN + cfg.a_per * (2 if nhwc else 1) + 4 * cfg.b_per + 36
+    cap = min(255, (65536 // (cfg.threads * cfg.min_blocks)) // 8 * 8)
+    return min(est, cap) if est <= 255 else est
+
+
+def _spills(cfg: DirectConfig, nhwc: bool, flush: int = 0) -> int:
+    hit = ptxas_table().get(_ptxas_key(cfg, nhwc, flush))
+    if hit is not None:
+        return hit[1]
+    est = cfg.TM * cfg.TN + cfg.TM + cfg.TN + cfg.a_per * (2 if nhwc else 1) + 4 * cfg.b_per + 36
+    cap = min(255, (65536 // (cfg.threads * cfg.min_blocks)) // 8 * 8)
+    return 0 if est <= cap else 4 * (est - cap)
+
+
+def resource_ok(cfg: DirectConfig, nhwc: bool = False, hw: Hardware = H100,
+                regs: int | None = None, flush: int = 0) -> bool:
+    """Threads, registers, shared memory within the limits; no register spills
+    (ptxas report of this config, layout and flush variant)."""
+    if not structural_ok(cfg, nhwc):
+        return False
+    t = cfg.threads
+    if t > hw.threads_per_block or t * cfg.min_blocks > hw.threads_per_sm:
+        return False
+    if cfg.smem_bytes(nhwc) > hw.smem_static_per_block:
+        return False
+    if cfg.min_blocks * (cfg.smem_bytes(nhwc) + hw.smem_reserved_per_block) > hw.smem_per_sm:
+        return False
+    r = estimate_registers(cfg, nhwc, flush) if regs is None else regs
+    if r > hw.regs_per_thread or _alloc_regs(r) * t > hw.regs_per_sm:
+        return False
+    if regs is None and _spills(cfg, nhwc, flush) > 0:
+        return False
+    if _alloc_regs(r) * t * cfg.min_blocks > hw.regs_per_sm:
+        return False
+    return True
+
+
+def _alloc_regs(regs: int) -> int:
+    return -(-regs // 8) * 8
+
+
+def occupancy(cfg: DirectConfig, nhwc: bool = False, hw: Hardware = H100, flush: int = 0) -> int:
+    """Resident blocks per SM (registers, shared memory, threads, block limit)."""
+    t = cfg.threads
+    r = _alloc_regs(estimate_registers(cfg, nhwc, flush))
+    by_regs = hw.regs_per_sm // (r * t)
+    by_smem = hw.smem_per_sm // (cfg.smem_bytes(nhwc) + hw.smem_reserved_per_block)
+    by_threads = hw.threads_per_sm // t
+    return max(0, min(by_regs, by_smem, by_threads, hw.blocks_per_sm))
+
+
+def all_configs() -> list[DirectConfig]:
+    """Every point of GRID; ``min_blocks=2`` only where it changes the register cap
+    (256 threads or more: below that, 65536 / (2 * threads) >= 255 anyway)."""
+    keys = list(GRID)
+    out = []
+    for values in itertools.product(*GRID.values()):
+        cfg = DirectConfig(**dict(zip(keys, values)))
+        if cfg.min_blocks > 1 and 65536 // (cfg.min_blocks * cfg.threads) >= 255:
+            continue
+        out.append(cfg)
+    return out
+
+
+def candidate_configs(spec: LayerSpec, hw: Hardware = H100) -> list[DirectConfig]:
+    """Configs of the space that pass the resource filter for this layer's layout,
+    minus those whose block tile is grossly larger than the problem (a BN of 128
+    for K = 3, say: dominated by a smaller tile with the same work)."""
+    nhwc = spec.layout == "NHWC"
+    flush = flush_terms(spec)
+    M = spec.N * spec.out_h * spec.out_w
+    out = []
+    for cfg in all_configs():
+        if not resource_ok(cfg, nhwc, hw, flush=flush):
+            continue
+        if cfg.BN > 32 and cfg.BN >= 2 * _round_up(spec.K, 32):
+            continue
+        if cfg.BM > 32 and cfg.BM >= 2 * _round_up(M, 32):
+            continue
+        out.append(cfg)
+    return out
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b

@@ -1,0 +1,224 @@
+"""The direct kernel on the GPU: host-side data, compile, launch, :func:`conv2d_direct`.
+
+* :func:`build_table` (the per-layer gather table) and :func:`pack_weights` (the
+  filters as a zero-padded ``[roundup(CRS, 16)][roundup(K, 128)]`` matrix in the
+  kernel's reduction order), shared with the NumPy emulation;
+* :func:`conv2d_direct`: validation, compile (NVRTC via CuPy, cached per config
+  and source hash) and launch.
+
+CuPy is imported inside the functions that need it, never at import time.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from ..resources import cuda_dir, source_hash
+from ..spec import LayerSpec
+from .config import (BIG, INT32_LIMIT, PACK_COLS, PACK_ROWS, DirectConfig, _round_up, flush_terms,
+                     resource_ok)
+from .model import gpu_slug, heuristic_config
+
+
+# ---------------------------------------------------------------------------
+# Host-side data: gather table and packed filters (shared by GPU path and emulation)
+# ---------------------------------------------------------------------------
+
+def build_table(spec: LayerSpec) -> np.ndarray:
+    """int32 [roundup(CRS, 16)][4]: {offset, r, s, 0} of each reduction index kk;
+    rows past CRS have r = s = BIG (always out of bounds, so they read zero)."""
+    C, R, S, H, W = spec.C, spec.R, spec.S, spec.H, spec.W
+    crs = C * R * S
+    rows = _round_up(crs, PACK_ROWS)
+    table = np.zeros((rows, 4), dtype=np.int32)
+    if spec.layout == "NCHW":          # kk = (c * R + r) * S + s
+        c, r, s = np.meshgrid(np.arange(C), np.arange(R), np.arange(S), indexing="ij")
+        off = c * (H * W) + r * W + s
+    else:                              # kk = (r * S + s) * C + c
+        r, s, c = np.meshgrid(np.arange(R), np.arange(S), np.arange(C), indexing="ij")
+        off = (r * W + s) * C + c
+    table[:crs, 0] = off.reshape(-1)
+    table[:crs, 1] = r.reshape(-1)
+    table[:crs, 2] = s.reshape(-1)
+    table[crs:, 1] = BIG
+    table[crs:, 2] = BIG
+    return table
+
+
+def pack_weights(w, layout: str = "NCHW", xp=np):
+    """[K][C][R][S] -> zero-padded [roundup(CRS, 16)][roundup(K, 128)] in the
+    kernel's reduction order ((c, r, s) for NCHW, (r, s, c) for NHWC)."""
+    K, C, R, S = w.shape
+    crs = C * R * S
+    if layout == "NCHW":
+        mat = w.reshape(K, crs)
+    else:
+        mat = w.transpose(0, 2, 3, 1).reshape(K, crs)
+    out = xp.zeros((_round_up(crs, PACK_ROWS), _round_up(K, PACK_COLS)), dtype=w.dtype)
+    out[:crs, :K] = mat.T
+    return out
+
+
+
+def _spec_from(x_shape, w_shape, stride, padding, layout) -> LayerSpec:
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    if len(x_shape) != 4:
+        raise ValueError(f"input must be 4-D ({layout}), got shape {tuple(x_shape)}")
+    if len(w_shape) != 4:
+        raise ValueError(f"filter must be 4-D (K, C, R, S), got shape {tuple(w_shape)}")
+    if layout == "NCHW":
+        N, C, H, W = x_shape
+    else:
+        N, H, W, C = x_shape
+    K, C2, R, S = w_shape
+    if C != C2:
+        raise ValueError(f"input has C={C} channels but the filter expects C={C2}")
+    for name, value in (("stride", stride), ("padding", padding)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    return LayerSpec(N=int(N), C=int(C), K=int(K), H=int(H), W=int(W), R=int(R), S=int(S),
+                     stride=int(stride), padding=int(padding), layout=layout)
+
+
+# ---------------------------------------------------------------------------
+# GPU: compile and launch
+# ---------------------------------------------------------------------------
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash_cached() -> str:
+    """source_hash() once per process (the sources do not change under a running program)."""
+    return source_hash()
+_kernels: dict = {}
+_tables: dict = {}
+
+
+def compile_kernel(cfg: DirectConfig, nhwc: bool, flush: int = 0):
+    """The compiled ``mw_direct_conv`` for a config (cached per config, layout,
+    flush, source hash and device)."""
+    import cupy
+
+    digest = _source_hash_cached()
+    dev = cupy.cuda.Device().id
+    key = (cfg, bool(nhwc), int(flush), digest, dev)
+    with _lock:
+        kern = _kernels.get(key)
+    if kern is not None:
+        return kern
+    src = (cuda_dir() / "direct.cu").read_text()
+    options = ("-I" + str(cuda_dir()), "--std=c++17", f"-DMW_SOURCE_HASH={digest[:16]}",
+               *cfg.defines(nhwc, flush))
+    module = cupy.RawModule(code=src, options=options)
+    kern = module.get_function("mw_direct_conv")
+    with _lock:
+        _kernels[key] = kern
+    return kern
+
+
+def _device_table(spec: LayerSpec):
+    import cupy
+
+    key = (spec.layout, spec.C, spec.R, spec.S, spec.H, spec.W, cupy.cuda.Device().id)
+    with _lock:
+        tab = _tables.get(key)
+    if tab is None:
+        tab = cupy.asarray(build_table(spec))
+        with _lock:
+            if len(_tables) > 256:
+                _tables.clear()
+            _tables[key] = tab
+    return tab
+
+
+def _as_cupy(a, what: str):
+    import cupy
+
+    if isinstance(a, cupy.ndarray):
+        return a
+    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        return cupy.from_dlpack(a)
+    raise ValueError(f"{what} must be a CuPy array (or a DLPack GPU tensor), got {type(a).__name__}")
+
+
+def _validate(x, w, stride, padding, layout) -> LayerSpec:
+    if str(getattr(x, "dtype", None)) != "float32" or str(getattr(w, "dtype", None)) != "float32":
+        raise ValueError(f"direct convolution is float32 only, got input {getattr(x, 'dtype', None)} "
+                         f"and filter {getattr(w, 'dtype', None)}")
+    spec = _spec_from(tuple(x.shape), tuple(w.shape), stride, padding, layout)
+    M = spec.N * spec.out_h * spec.out_w
+    if x.size >= INT32_LIMIT or M * spec.K >= INT32_LIMIT:
+        raise ValueError(f"tensors over {INT32_LIMIT} elements are not supported by the direct "
+                         "kernel's 32-bit offsets; split the batch")
+    if -(-spec.K // 32) > 65535:
+        raise ValueError(f"K={spec.K} is too large for the direct kernel's grid")
+    return spec
+
+
+def conv2d_direct(x, w, stride: int = 1, padding: int = 0, layout: str = "NCHW",
+                  config: DirectConfig | None = None, out=None):
+    """Direct convolution (cross-correlation) of CuPy float32 arrays.
+
+    ``x`` is NCHW or NHWC (``layout``), ``w`` is K x C x R x S; returns a new CuPy
+    array (or fills ``out``) in the input's layout.  Raises ValueError before any
+    launch on bad shapes, dtypes, strides, paddings or configs.
+    """
+    spec = _validate(x, w, stride, padding, layout)
+    import cupy
+
+    x = _as_cupy(x, "input")
+    w = _as_cupy(w, "filter")
+    nhwc = layout == "NHWC"
+    if config is None:
+        config = heuristic_config(spec, gpu=_current_gpu())
+    elif not isinstance(config, DirectConfig):
+        raise ValueError(f"config must be a DirectConfig, got {type(config).__name__}")
+    flush = flush_terms(spec)
+    if not resource_ok(config, nhwc, flush=flush):
+        raise ValueError(f"config {config.key} does not pass the resource filter for {layout}"
+                         f"{' with flush' if flush else ''}")
+    if out is not None:
+        out = _as_cupy(out, "out")
+        if tuple(out.shape) != spec.output_shape or str(out.dtype) != "float32" \
+                or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 array of shape {spec.output_shape}")
+    x = cupy.ascontiguousarray(x)
+    wt = pack_weights(cupy.ascontiguousarray(w), layout, xp=cupy)
+    table = _device_table(spec)
+    y = out if out is not None else cupy.empty(spec.output_shape, dtype=cupy.float32)
+    kern = compile_kernel(config, nhwc, flush)
+    launch(kern, config, spec, x, wt, table, y)
+    return y
+
+
+def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
+    M = spec.N * spec.out_h * spec.out_w
+    crs = spec.C * spec.R * spec.S
+    i32 = np.int32
+    grid = (-(-M // cfg.BM), -(-spec.K // cfg.BN), 1)
+    args = (x, wt, table, y, i32(spec.C), i32(spec.H), i32(spec.W), i32(spec.K),
+            i32(spec.out_h), i32(spec.out_w), i32(M), i32(spec.stride), i32(spec.padding),
+            i32(-(-crs // cfg.BK)), i32(wt.shape[1]))
+    kern(grid, (cfg.threads, 1, 1), args)
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(dev: int) -> str:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(dev)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _current_gpu() -> str:
+    try:
+        import cupy
+
+        return gpu_slug(_gpu_name(cupy.cuda.Device().id))
+    except Exception:   # no device: the H100 table
+        return "h100"

@@ -1,0 +1,208 @@
+"""Measure the model's top-ranked direct-convolution configs on the GPU.
+
+``tune_layers(specs, top=4, budget_s=280)`` ranks each layer's candidates with
+:func:`megawino.direct.rank`, compiles and times the ``top`` best with CUDA
+events (kernel only: packed filters, gather table and output are prepared once),
+keeps the fastest, and writes ``mapping/direct_<gpu>.json`` (merged with what is
+there), which :func:`megawino.direct.heuristic_config` reads.  A rich progress
+bar shows the layer and the candidate; past ``budget_s`` the remaining layers keep
+the model's first choice, unmeasured.
+
+Command line (one network's non-3x3 layers, or a suite of layers.json;
+``python -m megawino.direct.tune`` is the same)::
+
+    python -m megawino.direct_tune --network resnet50 --batch 64
+    python -m megawino.direct_tune --suite direct --batch 64 --top 4 --budget 280
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .. import direct   # through the package, as callers see it (megawino.direct.<name>)
+from ..spec import LayerSpec
+from .config import DirectConfig
+
+__all__ = ["measure_config", "tune_layers", "layers_for", "main"]
+
+
+def _inputs(spec: LayerSpec, seed: int = 0):
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    x = rng.standard_normal(spec.input_shape, dtype=cupy.float32)
+    w = rng.standard_normal(spec.weight_shape, dtype=cupy.float32)
+    return x, w
+
+
+def measure_config(spec: LayerSpec, cfg: DirectConfig, data=None, warmup: int = 2,
+                   min_reps: int = 3, max_reps: int = 50, target_s: float = 0.05) -> float:
+    """Median kernel time in microseconds (CUDA events) of one config on one layer."""
+    import cupy
+
+    nhwc = spec.layout == "NHWC"
+    flush = direct.flush_terms(spec)
+    if data is None:
+        data = _prepare(spec)
+    x, wt, table, y = data
+    kern = direct.compile_kernel(cfg, nhwc, flush)
+    for _ in range(warmup):
+        direct.launch(kern, cfg, spec, x, wt, table, y)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    direct.launch(kern, cfg, spec, x, wt, table, y)
+    stop.record()
+    stop.synchronize()
+    first_ms = cupy.cuda.get_elapsed_time(start, stop)
+    reps = int(min(max_reps, max(min_reps, target_s * 1e3 / max(first_ms, 1e-3))))
+    times = []
+    for _ in range(reps):
+        start.record()
+        direct.launch(kern, cfg, spec, x, wt, table, y)
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _prepare(spec: LayerSpec):
+    import cupy
+
+    x, w = _inputs(spec)
+    wt = direct.pack_weights(w, spec.layout, xp=cupy)
+    table = direct._device_table(spec)
+    y = cupy.empty(spec.output_shape, dtype=cupy.float32)
+    return x, wt, table, y
+
+
+def _default_out(gpu: str) -> Path:
+    from ..resources import mapping_dir
+
+    return mapping_dir() / f"direct_{gpu}.json"
+
+
+def tune_layers(specs: Iterable[LayerSpec], top: int = 4, budget_s: float = 280.0,
+                out: str | Path | None = None, gpu: str | None = None,
+                measure: Callable[[LayerSpec, DirectConfig], float] | None = None,
+                progress: bool = True, write: bool = True) -> dict:
+    """Measure the ``top`` model-ranked configs of each distinct layer; return and
+    (``write``) save ``{"gpu", "entries": {mapping_key: {...}}}``.
+
+    ``measure(spec, cfg) -> microseconds`` replaces the GPU timing (tests use it)."""
+    specs = list(dict.fromkeys(s.with_(name="") for s in specs))   # distinct shapes
+    if gpu is None:
+        gpu = direct._current_gpu() if measure is None else "test"
+    if measure is None:
+        cache: dict = {}
+
+        def measure(spec, cfg):
+            if spec not in cache:
+                cache.clear()
+                cache[spec] = _prepare(spec)
+            return measure_config(spec, cfg, cache[spec])
+
+    entries: dict[str, dict] = {}
+    t0 = time.perf_counter()
+    plans = [(spec, direct.rank(spec, top=top)) for spec in specs]
+    total = sum(len(r) for _, r in plans)
+
+    def run(advance: Callable[[str], None]) -> None:
+        for spec, ranked in plans:
+            results = []
+            for cfg, predicted in ranked:
+                if time.perf_counter() - t0 > budget_s:
+                    advance("")                     # out of time: leave this layer to the model
+                    continue
+                advance(f"{spec.describe()}  {cfg.key}")
+                try:
+                    us = float(measure(spec, cfg))
+                except Exception as err:   # a config that fails to compile or launch
+                    us = math.inf
+                    print(f"direct_tune: {spec.describe()} {cfg.key} failed: {err}")
+                results.append((us, cfg, predicted))
+            if not results or all(math.isinf(item[0]) for item in results):
+                continue
+            best_us, best_cfg, best_pred = min(results, key=lambda item: item[0])
+            entries[direct.mapping_key(spec)] = {
+                "config": best_cfg.key,
+                "us": round(best_us, 3),
+                "predicted_us": round(best_pred, 3),
+                "tflops": round(spec.direct_flops / best_us / 1e6, 3),
+                "measured": [{"config": c.key, "us": None if math.isinf(u) else round(u, 3),
+                              "predicted_us": round(p, 3)} for u, c, p in results],
+            }
+
+    if progress:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        with Progress(TextColumn("direct tune"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TextColumn("{task.description}")) as bar:
+            task = bar.add_task("", total=total)
+
+            def advance(desc: str) -> None:
+                bar.update(task, advance=1, description=desc)
+
+            run(advance)
+    else:
+        run(lambda desc: None)
+
+    table = {"gpu": gpu, "entries": entries}
+    if write:
+        path = Path(out) if out is not None else _default_out(gpu)
+        old = {}
+        if path.is_file():
+            try:
+                old = json.loads(path.read_text()).get("entries", {})
+            except (OSError, ValueError):
+                old = {}
+        merged = {"gpu": gpu, "entries": {**old, **entries}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+        direct._load_mapping_cached.cache_clear()
+        table["path"] = str(path)
+    table["elapsed_s"] = round(time.perf_counter() - t0, 2)
+    return table
+
+
+def layers_for(network: str | None = None, suite: str | None = None, batch: int = 64,
+               layout: str = "NCHW") -> list[LayerSpec]:
+    """Non-3x3-stride-1 layers of a network, or every layer of a suite."""
+    if network:
+        from ..networks import network_layers
+
+        return [layer.spec for layer in network_layers(network, batch, winograd_only=False,
+                                                       layout=layout)
+                if not layer.spec.winograd_eligible]
+    from ..networks import load_suite
+
+    return load_suite(suite=suite or "direct", batch=batch, layout=layout)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="tune the direct-convolution configs on this GPU")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--network", help="a network of megawino.networks (its non-3x3 layers)")
+    group.add_argument("--suite", default=None, help="a suite of layers.json (default: direct)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"))
+    parser.add_argument("--top", type=int, default=4)
+    parser.add_argument("--budget", type=float, default=280.0, help="seconds")
+    parser.add_argument("--out", default=None, help="JSON path (default mapping/direct_<gpu>.json)")
+    args = parser.parse_args(argv)
+    specs = layers_for(args.network, args.suite, args.batch, args.layout)
+    table = tune_layers(specs, top=args.top, budget_s=args.budget, out=args.out)
+    for key, entry in table["entries"].items():
+        print(f"{key:32s} {entry['config']:26s} {entry['us']} us  {entry['tflops']} TFLOP/s "
+              f"(model {entry['predicted_us']} us)")
+    print(f"wrote {table.get('path')} in {table['elapsed_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
