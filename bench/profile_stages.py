@@ -7,10 +7,15 @@ the first variant, and times each stage (median of CUDA events).
     PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/profile_stages.py variants \
         --layers vgg16.conv1_2,resnet50.conv4 --variants "-DMW_XFORM_V1;" --json $OUT/v.json
     ncu ... python3 bench/profile_stages.py ncu --layers vgg16.conv1_2 --batch 16 --variants "..."
+
+A variant is -D options plus optional task-parameter tokens (gk=N: gemm_k_per_task, tpg=N:
+tiles_per_group), e.g. "-DMW_GEMM_WIDE gk=64".  The megakernel of a variant runs with
+a grid of SMs x its own resident blocks per SM.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -51,6 +56,19 @@ def build(kind, spec, extra):
     return _MODS[key]
 
 
+def split_variant(var):
+    """'-DX gk=64 tpg=64' -> ('-DX', {'gemm_k_per_task': 64, 'tiles_per_group': 64})."""
+    names = {"gk": "gemm_k_per_task", "tpg": "tiles_per_group"}
+    defines, over = [], {}
+    for tok in var.split():
+        key, _, val = tok.partition("=")
+        if key in names and val.isdigit():
+            over[names[key]] = int(val)
+        else:
+            defines.append(tok)
+    return " ".join(defines), over
+
+
 def stage_launcher(plan, mod, ttype, arr=None):
     names = {TaskType.FILTER: "filter", TaskType.INPUT: "input", TaskType.GEMM: "gemm",
              TaskType.OUTPUT: "output"}
@@ -80,15 +98,19 @@ def main(argv=None):
     rows = []
     rng = cp.random.default_rng(1)
     for spec in specs:
-        params = default_params(spec)
+        base = default_params(spec)
         x = rng.standard_normal(spec.input_shape, dtype=cp.float32)
         w = rng.standard_normal(spec.weight_shape, dtype=cp.float32)
-        nf = megawino.plan(spec, params=params, algo="nonfused")
-        mega = megawino.plan(spec, params=params) if args.mega else None
         y = cp.empty(spec.output_shape, dtype=cp.float32)
         ref = {}
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         for vi, var in enumerate(variants):
-            mod = build("nonfused", spec, var)
+            defines, over = split_variant(var)
+            if "gemm_k_per_task" in over:
+                over["gemm_k_per_task"] = min(over["gemm_k_per_task"], -(-spec.K // 4) * 4)
+            params = dataclasses.replace(base, **over)
+            nf = megawino.plan(spec, params=params, algo="nonfused")
+            mod = build("nonfused", spec, defines)
             f = stage_launcher(nf, mod, TaskType.FILTER, w)
             fi = stage_launcher(nf, mod, TaskType.INPUT, x)
             fg = stage_launcher(nf, mod, TaskType.GEMM)
@@ -105,7 +127,7 @@ def main(argv=None):
             same = {k: bool(cp.array_equal(got[k], ref[k])) for k in got}
             nan = bool(cp.isnan(y).any())
             row = dict(layer=spec.name, variant=var or "(default)", same=same, nan=nan,
-                       tpg=params.tiles_per_group)
+                       tpg=params.tiles_per_group, gk=params.gemm_k_per_task)
             if "input" in stages:
                 row["input_us"] = events_median(fi, reps=args.reps)
             if "gemm" in stages:
@@ -114,27 +136,35 @@ def main(argv=None):
                 row["gemm_tflops"] = 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride / row["gemm_us"] / 1e6
             if "output" in stages:
                 row["output_us"] = events_median(fo, reps=args.reps)
-            if mega is not None:
-                mm = build("megakernel", spec, var)
+            if args.mega:
+                mm = build("megakernel", spec, defines)
                 fn = mm.get_function("mw_megakernel")
+                bps = runtime.blocks_per_sm(fn)
+                from megawino import tuning
+                mp = tuning.default_mapping_params(nf.layout, sms * bps)
+                mega = megawino.plan(spec, params=params, mapping=mp)
+                grid = max(1, min(mega.graph.num_tasks, sms * bps))
                 ym = cp.full(spec.output_shape, np.nan, dtype=cp.float32)
-                run = lambda: fn((mega.grid,), (runtime.BLOCK_THREADS,), (mega._pbuf, x, w, ym))  # noqa: E731
+                run = lambda: fn((grid,), (runtime.BLOCK_THREADS,), (mega._pbuf, x, w, ym))  # noqa: E731
                 run()
                 mega.check()
                 row["mega_same_as_nonfused"] = bool(cp.array_equal(ym, y))
                 row["mega_us"] = events_median(run, reps=args.reps)
+                row["mega_blocks_per_sm"] = bps
                 mega.check()
+                del mega, ym
             rows.append(row)
             print(json.dumps(row), flush=True)
-        del nf, mega, x, w, y, ref
+            del nf
+        del x, w, y, ref
         cp.get_default_memory_pool().free_all_blocks()
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if rows:
-        print("\n| layer | variant | input us | GEMM us | TFLOP/s | output us | mega us | same |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("\n| layer | variant | gk | input us | GEMM us | TFLOP/s | output us | mega us | same |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['layer']} | {r['variant']} | {r.get('input_us', 0):.1f} | {r.get('gemm_us', 0):.1f} | "
+            print(f"| {r['layer']} | {r['variant']} | {r['gk']} | {r.get('input_us', 0):.1f} | {r.get('gemm_us', 0):.1f} | "
                   f"{r.get('gemm_tflops', 0):.1f} | {r.get('output_us', 0):.1f} | {r.get('mega_us', 0):.1f} | "
                   f"{all(r['same'].values()) and not r['nan'] and r.get('mega_same_as_nonfused', True)} |")
 

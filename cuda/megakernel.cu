@@ -5,9 +5,16 @@
 // measured slower in the megakernel (bench/NOTES.md, experiment 2).
 // Layer sizes are runtime parameters (params.cuh), so one build serves every layer.
 // Builds standalone:  nvcc -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/megakernel.cu
-// Transform lane maps inside the 128-register budget (2 blocks/SM): one channel per thread
-// (2 channels per thread spill here, bench/NOTES.md experiment 4); the non-fused kernels use the
-// header defaults.  Same arithmetic per element, so the results stay bitwise equal.
+// Block shape (bench/NOTES.md experiments 4-6): MW_MEGA_MIN_BLOCKS resident blocks of 256 threads
+// per SM.  1: up to 255 registers, so the transforms use the header defaults (CW 32,
+// 2 channels per thread, as the non-fused kernels) without spills.  2 (default; 1 measured slower on the
+// big layers, NOTES.md experiment 6): the 128-register cap, under
+// which 2 channels per thread spill, so one channel per thread (input CW 32, output CW 8).
+// Same arithmetic per element either way, so the results stay bitwise equal.
+#ifndef MW_MEGA_MIN_BLOCKS
+#define MW_MEGA_MIN_BLOCKS 2
+#endif
+#if MW_MEGA_MIN_BLOCKS >= 2
 #ifndef MW_IN_CPT
 #define MW_IN_CPT 1
 #endif
@@ -16,6 +23,11 @@
 #endif
 #ifndef MW_OUT_CW
 #define MW_OUT_CW 8
+#endif
+#else
+#ifndef MW_GEMM_W_KUNROLL
+#define MW_GEMM_W_KUNROLL 8   // wide GEMM tile's k loop fully unrolled (registers to spare)
+#endif
 #endif
 #include "generated_tasks.cuh"
 #include "params.cuh"
@@ -35,7 +47,7 @@
 static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * mw::StageSize<MW_M>::value,
               "the staged transforms reuse the GEMM's shared memory");
 
-extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, MW_MEGA_MIN_BLOCKS)
 mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y) {
   using namespace mw;
   __shared__ __align__(16) GemmSmem smem;

@@ -41,7 +41,10 @@ mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
+#ifndef MW_GEMM_MIN_BLOCKS
+#define MW_GEMM_MIN_BLOCKS 2   // 1: up to 255 registers (A/B of the 8-warp GEMM, NOTES.md exp. 6)
+#endif
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, MW_GEMM_MIN_BLOCKS)
 mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   __shared__ __align__(16) mw::GemmSmem smem;
   const int* rec = mw::task_record(*params, first_task);

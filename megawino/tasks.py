@@ -47,6 +47,7 @@ CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a mult
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
+GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
 
 
 def _round_up(value: int, align: int) -> int:
@@ -97,8 +98,10 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     spec.require_winograd()
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
     k_stride = _round_up(spec.K, K_ALIGN)
-    gemm_k = min(k_stride, 64)
-    # 128-row GEMM tasks (the 128 x 64 block tile; 64-row tasks run it at 20-23 TFLOP/s) as long
+    # 128 output channels per GEMM task where K allows: fewer, longer GEMM tasks made the
+    # megakernel 2-5% faster on the wide layers (bench/NOTES.md experiment 6).
+    gemm_k = min(k_stride, GEMM_WIDE_K)
+    # 128-row GEMM tasks (64-row tasks run the narrow tile at 20-23 TFLOP/s) as long
     # as they still make about two waves of 2 x 132 resident blocks on the H100.
     gemm_tasks_128 = -(-tiles // 128) * (m + 2) ** 2 * -(-k_stride // gemm_k)
     tiles_per_group = 128 if gemm_tasks_128 >= 2 * 2 * 132 else GEMM_BLOCK_ROWS

@@ -192,7 +192,9 @@ def test_replay_measured_durations():
 
 
 def test_large_layer_is_fast():
-    graph = build_graph(LayerSpec(64, 256, 256, 112, 112))
+    # 64-channel GEMM tasks keep the graph above 60k tasks (default_params now takes 128).
+    graph = build_graph(LayerSpec(64, 256, 256, 112, 112),
+                        TaskParams(tiles_per_group=128, input_channels_per_task=32, gemm_k_per_task=64))
     assert graph.num_tasks > 60000
     mapping = np.arange(graph.num_tasks)
     t0 = time.perf_counter()
