@@ -105,7 +105,8 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
     spec.require_winograd()
     base = default_params(spec, m)
     k_stride = -(-spec.K // K_ALIGN) * K_ALIGN
-    tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, base.tiles_per_group})
+    tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
+                            base.tiles_per_group})
     gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128)})
     for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
         per_task_pairs = 4096
