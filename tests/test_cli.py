@@ -322,3 +322,15 @@ def test_sweep_on_gpu(tmp_path):
     layer = json.loads(out.read_text())["layers"][0]
     assert layer["backend"] == "megakernel" and 0 < layer["rel_error"] < sweep.GPU_TOLERANCE
     assert layer["tflops"] > 0 and "TFLOP/s" in text
+
+
+def test_timeline_sim_needs_a_measured_run(capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "gpu_runtime", lambda: None)
+    assert main(["timeline", "n2c16k16h12w12", "--sim"]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
+
+
+def test_mapping_defaults_come_from_the_table(capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "gpu_runtime", lambda: None)
+    code, text = run(["mapping", "resnet50.conv3_x"])
+    assert code == 0 and "(defaults: tuned)" in text   # mapping/h100.json holds the suite layers

@@ -33,9 +33,12 @@ def _add_mapping_options(p: argparse.ArgumentParser) -> None:
                         "shape strings: replaces n)")
     p.add_argument("--resolution", type=int, default=None,
                    help="network input resolution (layer names only)")
-    p.add_argument("--dig", type=int, default=64, help="min tickets input -> GEMM (default 64)")
-    p.add_argument("--dgo", type=int, default=128, help="min tickets GEMM -> output (default 128)")
-    p.add_argument("--m", type=int, default=4, help="groups sharing a filter matrix (default 4)")
+    p.add_argument("--dig", type=int, default=None,
+                   help="min tickets input -> GEMM (default: the tuned table's, else a heuristic)")
+    p.add_argument("--dgo", type=int, default=None,
+                   help="min tickets GEMM -> output (default: as --dig)")
+    p.add_argument("--m", type=int, default=None,
+                   help="groups sharing a filter matrix (default: as --dig)")
     p.add_argument("--sequential", action="store_true",
                    help="the sequential mapping (all F, I, G, then O) instead")
 
@@ -46,16 +49,30 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_mapping)
 
 
+def _table_key() -> str:
+    """The GPU whose tuned table applies: this machine's, else the H100 (the target)."""
+    from .. import sweep
+    runtime = sweep.gpu_runtime()
+    return runtime.gpu_name_key() if runtime is not None else "h100"
+
+
 def _build_mapping(spec, args):
-    """(graph, Mapping) for the layer with the command's mapping options.
-    Mapping parameters are validated even with --sequential."""
+    """(graph, Mapping) for the layer with the command's mapping options; options not
+    given come from the tuned table (``megawino.tuning.choose``), as the runtime's do,
+    and are written back into ``args`` for display.  Mapping parameters are validated
+    even with --sequential."""
+    from .. import tuning
     from ..mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
     from ..tasks import build_graph
-    params = MappingParams(args.dig, args.dgo, args.m)
     if not spec.winograd_eligible:
         raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
                          "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")
-    graph = build_graph(spec)
+    task_params, chosen, args.choice = tuning.choose(spec, _table_key())
+    args.dig = chosen.dig if args.dig is None else args.dig
+    args.dgo = chosen.dgo if args.dgo is None else args.dgo
+    args.m = chosen.m if args.m is None else args.m
+    params = MappingParams(args.dig, args.dgo, args.m)
+    graph = build_graph(spec, task_params)
     if args.sequential:
         return graph, Mapping(sequential_mapping(graph), "sequential", None, 0)
     return graph, build_interleaved(graph, params)
@@ -127,7 +144,8 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
         out.print(Text("mapping: sequential (all F, then I, G, O)", style="bold"))
     else:
         out.print(Text(f"mapping: interleaved  DIG {args.dig}  DGO {args.dgo}  M {args.m}",
-                       style="bold"))
+                       style="bold")
+                  + Text(f"  (defaults: {getattr(args, 'choice', 'given')})", style="dim"))
 
     if verdict is None:
         try:

@@ -20,8 +20,14 @@ def add_parser(sub) -> None:
     p.add_argument("--lanes", type=int, default=16, help="worker lanes shown (default 16)")
     p.add_argument("--export", metavar="PATH", default=None,
                    help="write the timeline as Perfetto / Chrome trace JSON")
-    p.add_argument("--measured", action="store_true",
-                   help="run on the GPU with tracing and show the measured timeline")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--measured", action="store_true",
+                      help="run on the GPU with tracing (the default when there is a GPU)")
+    mode.add_argument("--simulate", action="store_true",
+                      help="simulate with the cost model even when there is a GPU")
+    p.add_argument("--sim", action="store_true",
+                   help="with a measured run: also the simulator's prediction for the same "
+                        "mapping, its cost model calibrated on this trace, and the makespan error")
     p.set_defaults(func=cmd_timeline)
 
 
@@ -68,16 +74,29 @@ def cmd_timeline(args, out: Console, err: Console) -> int:
     graph, mapping = _build_mapping(spec, args)
     desc = "sequential mapping" if args.sequential else \
         f"interleaved DIG {args.dig} DGO {args.dgo} M {args.m}"
-    if args.measured:
+    from .. import sweep
+    from ..simulator import CostModel, default_workers, simulate
+    measured = args.measured or (not args.simulate and sweep.gpu_runtime() is not None)
+    if args.sim and not measured:
+        raise ValueError("--sim compares the simulator with a measured run: it needs a GPU")
+    if measured:
         timeline = _measured_timeline(spec, graph, mapping, spec.name)
     else:
-        from ..simulator import default_workers, simulate
         workers = args.workers if args.workers is not None else default_workers()
         timeline = simulate(graph, mapping.order, workers, label=f"{spec.name}, cost model")
     out.print(Text(f"{spec.name}  ", style="bold") + Text(spec.describe()))
     out.print(Text(f"{graph.num_tasks} tasks, {desc}, {timeline.num_workers} workers"
-                   + ("" if args.measured else " (simulated: roofline cost model)"), style="dim"))
+                   + (" (measured on the GPU)" if measured else " (simulated: roofline cost model)"),
+                   style="dim"))
     out.print(render(timeline, width=width, lanes=args.lanes))
+    if args.sim:
+        model = CostModel().calibrate(timeline, graph)
+        predicted = simulate(graph, mapping.order, timeline.num_workers, model,
+                             label=f"{spec.name}, calibrated cost model")
+        out.print(render(predicted, width=width, lanes=args.lanes))
+        error = (predicted.makespan - timeline.makespan) / timeline.makespan
+        out.print(Text(f"makespan: measured {timeline.makespan:.1f} us, simulated "
+                       f"{predicted.makespan:.1f} us, error {100 * error:+.1f}%", style="bold"))
     if args.export:
         timeline.to_perfetto(args.export)
         out.print(f"wrote Perfetto trace {escape(args.export)}")
