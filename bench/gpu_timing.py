@@ -1,7 +1,7 @@
 """Timing table of the 18 'winograd' suite layers (batch 64 by default): megakernel
 vs own non-fused path, and the GEMM stage alone (the non-fused GEMM kernel).
 
-    PYTHONPATH=<dir with a megawino link> MEGAWINO_SUITE=... python3 -P bench/gpu_timing.py [--batch 64] [--reps 20]
+    PYTHONPATH=$PWD MEGAWINO_SUITE=... python3 bench/gpu_timing.py [--batch 64] [--reps 20]
 
 Median of CUDA-event timings after warm-up; random normal inputs; accuracy of the
 megakernel checked against cuDNN float32 (TF32 off) through PyTorch when present.
@@ -18,28 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-# Not sys.path.insert(repo root): the repo's cuda/__init__.py would shadow the
-# `cuda` namespace package CuPy imports (cuda.pathfinder).  Put megawino on
-# PYTHONPATH through a directory that holds only it (see bench/NOTES.md).
-
 import megawino  # noqa: E402
 from megawino import networks  # noqa: E402
 from megawino.tasks import TaskType  # noqa: E402
+from megawino.timing import time_cuda  # noqa: E402
 
 
 def events_median(fn, warmup=3, reps=20):
-    import cupy as cp
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)   # us
-    return statistics.median(times)
+    """Median microseconds of ``fn()``: megawino.timing's method (CUDA events, queued
+    behind a spin kernel); the inputs are the caller's (no rotation here)."""
+    return time_cuda(lambda _: fn(), [None], warmup, reps)
 
 
 def baseline_best(path):
