@@ -13,10 +13,8 @@ import argparse
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
-import numpy as np
 
 import megawino  # noqa: E402
 from megawino import networks  # noqa: E402
