@@ -56,6 +56,14 @@ def build(kind, spec, extra):
     return _MODS[key]
 
 
+def fn_resources(fn):
+    """(registers, local bytes per thread) of a loaded kernel (the driver's JIT result)."""
+    from cupy_backends.cuda.api import driver
+    ptr = int(getattr(fn, "kernel", fn).ptr)
+    return (int(driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_NUM_REGS, ptr)),
+            int(driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, ptr)))
+
+
 def split_variant(var):
     """'-DX gk=64 tpg=64' -> ('-DX', {'gemm_k_per_task': 64, 'tiles_per_group': 64})."""
     names = {"gk": "gemm_k_per_task", "tpg": "tiles_per_group"}
@@ -151,6 +159,7 @@ def main(argv=None):
                 row["mega_same_as_nonfused"] = bool(cp.array_equal(ym, y))
                 row["mega_us"] = events_median(run, reps=args.reps)
                 row["mega_blocks_per_sm"] = bps
+                row["mega_regs"], row["mega_local_bytes"] = fn_resources(fn)
                 mega.check()
                 del mega, ym
             rows.append(row)
@@ -161,11 +170,12 @@ def main(argv=None):
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if rows:
-        print("\n| layer | variant | gk | input us | GEMM us | TFLOP/s | output us | mega us | same |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n| layer | variant | gk | input us | GEMM us | TFLOP/s | output us | mega us | mega regs / local B | same |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['layer']} | {r['variant']} | {r['gk']} | {r.get('input_us', 0):.1f} | {r.get('gemm_us', 0):.1f} | "
                   f"{r.get('gemm_tflops', 0):.1f} | {r.get('output_us', 0):.1f} | {r.get('mega_us', 0):.1f} | "
+                  f"{r.get('mega_regs', '-')} / {r.get('mega_local_bytes', '-')} | "
                   f"{all(r['same'].values()) and not r['nan'] and r.get('mega_same_as_nonfused', True)} |")
 
 
