@@ -255,11 +255,11 @@ def test_timeline_export_perfetto(tmp_path):
 
 def test_timeline_options_and_errors(capsys):
     code, text = run(["timeline", "n2c16k16h12w12", "--sequential", "--workers", "4",
-                      "--lanes", "2", "--width", "60"])
+                      "--lanes", "2", "--width", "60", "--simulate"])
     assert code == 0
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "4 workers" in text
-    assert main(["timeline", "n2c16k16h12w12", "--workers", "0"]) == 2
+    assert main(["timeline", "n2c16k16h12w12", "--workers", "0", "--simulate"]) == 2
     assert main(["timeline", "n2c16k16h12w12", "--m", "0"]) == 2
     assert "M must be" in capsys.readouterr().err
 
@@ -334,3 +334,19 @@ def test_mapping_defaults_come_from_the_table(capsys, monkeypatch):
     monkeypatch.setattr(sweep, "gpu_runtime", lambda: None)
     code, text = run(["mapping", "resnet50.conv3_x"])
     assert code == 0 and "(defaults: tuned)" in text   # mapping/h100.json holds the suite layers
+
+
+def test_gpu_sweep_table_with_cudnn_fits_80_columns():
+    from megawino.cli.sweep import sweep_table
+    from megawino.networks import network_layers
+    layers = network_layers("densenet161", 8, winograd_only=False)[-3:] + \
+        network_layers("resnet50", 8)[:2]
+    rows = [sweep.LayerResult(l.name, l.spec, l.count, "gpu-direct" if not l.spec.winograd_eligible
+                              else "megakernel", 0.2345, 1.2e-6, 3e-6, cudnn_ms=0.0612)
+            for l in layers]
+    result = sweep.SweepResult(layers=rows, backend="gpu")
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(sweep_table(result, "densenet161", 8, 224, compared=True))
+    text = console.export_text()
+    assert_fits_80(text)
+    assert "direct " in text and "mega " in text and "gpu-direc" not in text

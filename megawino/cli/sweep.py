@@ -72,48 +72,16 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
             on_done=lambda i, r: progress.advance(bar), compare=args.compare)
 
     gpu = result.backend == "gpu"
-    table = Table(title=f"{network} sweep: batch {batch}, {resolution}x{resolution}, "
-                        f"{'GPU' if gpu else 'CPU'}",
-                  box=box.SIMPLE_HEAD, pad_edge=False, show_footer=True,
-                  collapse_padding=True, show_edge=False)
-    table.add_column("layer", footer="total", overflow="fold")
-    table.add_column("×", justify="right",
-                     footer=str(sum(r.count for r in result.layers if r.total_ms is not None)))
-    table.add_column("C→K HxW", overflow="fold")
-    table.add_column("backend", overflow="fold")
-    table.add_column("ms", justify="right", footer=_fmt_ms(result.total_ms))
-    worst = max((r.rel_error for r in result.layers if r.rel_error is not None), default=None)
-    table.add_column("rel. err", justify="right", footer=_fmt_err(worst))
-    if gpu:
-        total_tf = result.total_flops / (result.total_ms * 1e-3) / 1e12 if result.total_ms else None
-        table.add_column("TFLOP/s", justify="right",
-                         footer=f"{total_tf:.1f}" if total_tf else "—")
     compared = gpu and args.compare == "cudnn"
-    if compared:
-        table.add_column("cuDNN", justify="right")
-        geo = result.geomean_speedup
-        table.add_column("×cuDNN", justify="right", footer=f"{geo:.2f} gm" if geo else "—")
-    prefix = network + "."
-    for r in result.layers:
-        bad = r.passed is False
-        short = r.name[len(prefix):] if r.name.startswith(prefix) else r.name
-        row = [short, str(r.count), _compact_shape(r.spec),
-               Text("skipped", style="dim") if r.skipped else Text(r.backend),
-               _fmt_ms(r.time_ms),
-               Text(_fmt_err(r.rel_error), style="bold red" if bad else "")]
-        if gpu:
-            row.append(f"{r.tflops:.1f}" if r.tflops is not None else "—")
-        if compared:
-            row += [_fmt_ms(r.cudnn_ms), f"{r.speedup:.2f}" if r.speedup else "—"]
-        table.add_row(*row, style="red" if bad else None)
-    out.print(table)
+    out.print(sweep_table(result, network, batch, resolution, compared))
     for reason in dict.fromkeys(r.backend for r in result.layers if r.skipped):
         count = sum(r.backend == reason for r in result.layers)
         out.print(Text(f"{reason} ({count} layer{'s' if count != 1 else ''})", style="yellow"))
     tol = ", ".join(sorted({f"{r.tolerance:.0e}" for r in result.layers if r.tolerance}))
     out.print(Text(f"ms: {'median CUDA-event time' if gpu else 'best CPU wall time'}; total: "
                    f"sum of ms x count. rel. err: L2 vs float64 direct conv (threshold {tol or '—'})."
-                   + (" TFLOP/s: direct-equivalent." if gpu else "")
+                   + (" TFLOP/s: direct-equivalent. mega: the megakernel; direct: the direct path."
+                      if gpu else "")
                    + (" cuDNN: float32 (TF32 off), best of NCHW and channels_last; ×cuDNN = "
                       "cuDNN ms / ours, geomean in the total row." if compared else ""), style="dim"))
     if args.compare == "cudnn" and not gpu:
@@ -130,3 +98,47 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
                     f"threshold: {names}")
         return 1
     return 0
+
+
+# Short backend names keep the GPU table (with the cuDNN columns) inside 80 columns.
+_SHORT_BACKEND = {"megakernel": "mega", "gpu-direct": "direct"}
+
+
+def sweep_table(result, network: str, batch: int, resolution: int, compared: bool) -> Table:
+    """The sweep's table: one row per layer, totals in the footer."""
+    gpu = result.backend == "gpu"
+    table = Table(title=f"{network} sweep: batch {batch}, {resolution}x{resolution}, "
+                        f"{'GPU' if gpu else 'CPU'}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, show_footer=True,
+                  collapse_padding=True, show_edge=False)
+    table.add_column("layer", footer="total", overflow="fold")
+    table.add_column("×", justify="right",
+                     footer=str(sum(r.count for r in result.layers if r.total_ms is not None)))
+    table.add_column("C→K HxW", overflow="fold")
+    table.add_column("backend", overflow="fold")
+    table.add_column("ms", justify="right", footer=_fmt_ms(result.total_ms))
+    worst = max((r.rel_error for r in result.layers if r.rel_error is not None), default=None)
+    table.add_column("rel. err", justify="right", footer=_fmt_err(worst))
+    tflops = gpu and not compared      # with the cuDNN columns TFLOP/s stays in the JSON only
+    if tflops:
+        total_tf = result.total_flops / (result.total_ms * 1e-3) / 1e12 if result.total_ms else None
+        table.add_column("TFLOP/s", justify="right",
+                         footer=f"{total_tf:.1f}" if total_tf else "—")
+    if compared:
+        table.add_column("cuDNN", justify="right")
+        geo = result.geomean_speedup
+        table.add_column("×cuDNN", justify="right", footer=f"{geo:.2f} gm" if geo else "—")
+    prefix = network + "."
+    for r in result.layers:
+        bad = r.passed is False
+        short = r.name[len(prefix):] if r.name.startswith(prefix) else r.name
+        row = [short, str(r.count), _compact_shape(r.spec),
+               Text("skipped", style="dim") if r.skipped else Text(_SHORT_BACKEND.get(r.backend, r.backend)),
+               _fmt_ms(r.time_ms),
+               Text(_fmt_err(r.rel_error), style="bold red" if bad else "")]
+        if tflops:
+            row.append(f"{r.tflops:.1f}" if r.tflops is not None else "—")
+        if compared:
+            row += [_fmt_ms(r.cudnn_ms), f"{r.speedup:.2f}" if r.speedup else "—"]
+        table.add_row(*row, style="red" if bad else None)
+    return table

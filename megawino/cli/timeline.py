@@ -79,6 +79,9 @@ def cmd_timeline(args, out: Console, err: Console) -> int:
     measured = args.measured or (not args.simulate and sweep.gpu_runtime() is not None)
     if args.sim and not measured:
         raise ValueError("--sim compares the simulator with a measured run: it needs a GPU")
+    if measured and args.workers is not None:
+        raise ValueError("--workers sets the simulated workers; a measured run uses the plan's grid "
+                         "(add --simulate)")
     if measured:
         timeline = _measured_timeline(spec, graph, mapping, spec.name)
     else:
