@@ -86,9 +86,7 @@ def module(kind: str, m: int, layout: str, trace: bool = False):
 
 def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    cupy = _cupy()
-    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    return tuning.gpu_key(name.decode() if isinstance(name, bytes) else str(name))
+    return tuning.current_gpu_key()
 
 
 def _kernel_ptr(fn) -> int:

@@ -126,9 +126,7 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
          on_start=None, on_done=None) -> dict:
     """Tune every layer within ``budget_s`` seconds; writes/updates the JSON table."""
     from . import runtime
-    import cupy
-    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
+    name = tuning.device_name()
     key = tuning.gpu_key(name)
     path = out_path or tuning.table_path(key)
     try:

@@ -40,6 +40,22 @@ def gpu_key(device_name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "unknown"
 
 
+def device_name() -> str:
+    """The current CUDA device's name ('' without CuPy or a device)."""
+    try:
+        import cupy
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    except Exception:   # no CuPy, driver or device
+        return ""
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def current_gpu_key(default: str = "h100") -> str:
+    """Key of this machine's GPU tables; ``default`` (the H100, our target) without a GPU."""
+    name = device_name()
+    return gpu_key(name) if name else default
+
+
 def table_path(key: str) -> pathlib.Path:
     override = os.environ.get(ENV_OVERRIDE)
     return pathlib.Path(override) if override else mapping_dir() / f"{key}.json"

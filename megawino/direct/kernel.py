@@ -19,7 +19,8 @@ from ..resources import cuda_dir, source_hash
 from ..spec import LayerSpec
 from .config import (BIG, INT32_LIMIT, PACK_COLS, PACK_ROWS, DirectConfig, _round_up, flush_terms,
                      resource_ok)
-from .model import gpu_slug, heuristic_config
+from ..tuning import current_gpu_key
+from .model import heuristic_config
 
 
 # ---------------------------------------------------------------------------
@@ -207,18 +208,5 @@ def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _gpu_name(dev: int) -> str:
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(dev)
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
 def _current_gpu() -> str:
-    try:
-        import cupy
-
-        return gpu_slug(_gpu_name(cupy.cuda.Device().id))
-    except Exception:   # no device: the H100 table
-        return "h100"
+    return current_gpu_key()

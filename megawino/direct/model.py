@@ -13,9 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 
 from ..spec import LayerSpec
+from ..tuning import gpu_key
 from .config import (DEFAULT_CONFIG, H100, DirectConfig, Hardware, _round_up, candidate_configs,
                      flush_terms, occupancy, resource_ok)
 
@@ -136,13 +136,7 @@ def rank(spec: LayerSpec, top: int = 5, hw: Hardware = H100) -> list[tuple[Direc
 # Tuned table and heuristic choice
 # ---------------------------------------------------------------------------
 
-def gpu_slug(device_name: str) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``."""
-    name = device_name.lower()
-    m = re.search(r"\b([a-z]{1,2}\d{2,4}[a-z]?)\b", name.replace("nvidia", ""))
-    if m:
-        return m.group(1)
-    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "gpu"
+gpu_slug = gpu_key   # the direct tables are keyed like the Winograd ones (megawino.tuning)
 
 
 def mapping_key(spec: LayerSpec) -> str:
