@@ -178,6 +178,32 @@ def main(argv=None):
                   f"{r.get('mega_regs', '-')} / {r.get('mega_local_bytes', '-')} | "
                   f"{all(r['same'].values()) and not r['nan'] and r.get('mega_same_as_nonfused', True)} |")
 
+    if args.mega and rows:
+        print_mega_ab(rows)
+
+
+def print_mega_ab(rows):
+    """Megakernel A/B: per layer, each variant's runs (in run order) and its change against the
+    first variant (mean of the runs)."""
+    layers = list(dict.fromkeys(r["layer"] for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    print("\n| layer | " + " | ".join(variants) + " |")
+    print("|---|" + "---|" * len(variants))
+    for lay in layers:
+        cells, base = [], None
+        for v in variants:
+            ts = [r["mega_us"] for r in rows if r["layer"] == lay and r["variant"] == v and "mega_us" in r]
+            ok = all(all(r["same"].values()) and not r["nan"] and r.get("mega_same_as_nonfused", False)
+                     for r in rows if r["layer"] == lay and r["variant"] == v)
+            if not ts:
+                cells.append("-")
+                continue
+            mean = sum(ts) / len(ts)
+            base = mean if base is None else base
+            cells.append(" / ".join(f"{t:.1f}" for t in ts) + f" ({100 * (mean / base - 1):+.1f}%)"
+                         + ("" if ok else " NOT BITWISE"))
+        print(f"| {lay} | " + " | ".join(cells) + " |")
+
 
 if __name__ == "__main__":
     main()

@@ -198,6 +198,105 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
   }
 }
 
+// Per-thread private slots in shared memory (bench/NOTES.md experiment 8): slot q of a thread
+// at byte address base + q * NT * 4, base = its 4-byte column: conflict-free, no barrier needed
+// (a thread reads back only what it wrote).  Explicit st/ld.shared so that the compiler can
+// neither forward the value in a register nor drop the store.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void sts_f32(unsigned a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
+}
+__device__ __forceinline__ float lds_f32(unsigned a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+
+// Megakernel input transform under the 128-register cap (bench/NOTES.md experiment 9): the CPT 1,
+// CW 32 lane map (a warp = one tile x 32 consecutive channels, one window per thread, same loads
+// and arithmetic as input_transform_task_v2<.., 1, 32>), but the 36 results of the warp go through
+// a warp-private shared-memory buffer buf[q][32] and V is written with 16-byte stores: lane l
+// stores channels 4 (l & 7) .. +3 of position 4 i + (l >> 3), i = 0..8, so each store instruction
+// of a warp writes 4 whole 128-byte lines (9 store instructions per warp-item instead of 36), and
+// the stored registers come from LDS.128, aligned by construction.  sbuf: 8 warps x alpha^2 x 32
+// floats.  The loop is warp-uniform (items is a multiple of 32), so lanes past c1 take part in the
+// __syncwarp()s and compute zeros that are never stored.
+template <int M, bool NHWC, int NT>
+__device__ __forceinline__ void input_transform_task_xpose(const Params& p, const float* x, int group,
+                                                           int index, float* sbuf) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  static_assert(AA % 4 == 0, "positions in groups of 4");
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.input_channels_per_task);
+  const int c0 = index * per;
+  const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
+  const int ncg = (c1 - c0 + 31) >> 5;
+  const int items = tpg * ncg * 32;
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
+  const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
+  const int pad = static_cast<int>(p.pad);
+  const int cs = static_cast<int>(p.c_stride);
+  const bool vec = (c0 & 3) == 0;                         // 16-byte aligned channel quads
+  float* V = reinterpret_cast<float*>(p.V);
+  const int lane = threadIdx.x & 31;
+  const int quad = lane & 7, qsub = lane >> 3;
+  float* buf = sbuf + (threadIdx.x >> 5) * (AA * 32);
+  float* swr = buf + lane;                                 // buf[q][lane]
+  const float4* srd = reinterpret_cast<const float4*>(buf + qsub * 32 + quad * 4);   // buf[4 i + qsub][4 quad]
+
+  for (int w = threadIdx.x; w < items; w += NT) {
+    const int rest = w >> 5;
+    const int cg = rest / tpg;
+    const int tl = rest - cg * tpg;
+    const int cw = c0 + cg * 32;                          // first channel of the warp
+    const int c = cw + lane;
+    const long long t = t_base + tl;
+    const bool t_ok = t < p.tiles;
+    const TileCoord tc = tile_coord(p, t_ok ? t : 0);
+    const int r0 = tc.th * M - pad;
+    const int q0 = tc.tw * M - pad;
+    {
+      float d[AA];
+      load_window<A, NHWC>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, d);
+      float tmp[AA];
+#pragma unroll
+      for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+      float v[AA];
+#pragma unroll
+      for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
+#pragma unroll
+      for (int q = 0; q < AA; ++q) swr[q * 32] = v[q];
+    }
+    __syncwarp();
+    const int cq = cw + quad * 4;                         // this lane's channel quad
+    float* dst = V + t * cs + cq + qsub * plane;
+    if (vec && cq + 4 <= c1) {
+      // All LDS first: V is a generic pointer, so ptxas may not hoist a shared load above an
+      // earlier store through it (it could alias shared memory).
+      float4 f[AA / 4];
+#pragma unroll
+      for (int i = 0; i < AA / 4; ++i) f[i] = srd[i * 32];
+#pragma unroll
+      for (int i = 0; i < AA / 4; ++i) *reinterpret_cast<float4*>(dst + 4 * i * plane) = f[i];
+    } else if (cq < c1) {
+#pragma unroll
+      for (int i = 0; i < AA / 4; ++i) {
+        const float4 f = srd[i * 32];
+        float* o = dst + 4 * i * plane;
+        o[0] = f.x;
+        if (cq + 1 < c1) o[1] = f.y;
+        if (cq + 2 < c1) o[2] = f.z;
+        if (cq + 3 < c1) o[3] = f.w;
+      }
+    }
+    __syncwarp();
+  }
+}
+
 template <int M, bool NHWC>
 __device__ __forceinline__ void input_transform_default(const Params& p, const float* x, int group, int index) {
 #ifdef MW_XFORM_V1

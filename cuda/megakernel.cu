@@ -14,6 +14,17 @@
 #ifndef MW_MEGA_MIN_BLOCKS
 #define MW_MEGA_MIN_BLOCKS 2
 #endif
+// MW_MEGA_XFORM_SMEM (bit mask, default 2 at 2 blocks/SM; bench/NOTES.md experiments 8-9): the
+// transforms use the GEMM's shared memory (free during a transform task) to fit the 128-register
+// cap without spills.  Bit 1 (default), output: 2 channels per thread, CW 32, like the non-fused
+// kernel; all 36 float2 M loads first, then the second channel parked in per-thread shared-memory
+// slots (measured 7-13% faster megakernel on vgg16.conv1_2 / yolov3.res1 / resnet50.conv2_x).
+// Bit 0 (opt-in, measured no gain): input one channel per thread (CW 32), results transposed
+// through a per-warp shared buffer and V written as 16-byte stores.  A clear bit: the
+// register-only CPT 1 transform below.
+#ifndef MW_MEGA_XFORM_SMEM
+#define MW_MEGA_XFORM_SMEM (MW_MEGA_MIN_BLOCKS >= 2 ? 2 : 0)
+#endif
 #if MW_MEGA_MIN_BLOCKS >= 2
 #ifndef MW_IN_CPT
 #define MW_IN_CPT 1
@@ -46,6 +57,8 @@
 
 static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * mw::StageSize<MW_M>::value,
               "the staged transforms reuse the GEMM's shared memory");
+static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS,
+              "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, MW_MEGA_MIN_BLOCKS)
 mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y) {
@@ -61,7 +74,22 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     const int type = slot.rec[REC_TYPE], group = slot.rec[REC_GROUP], index = slot.rec[REC_INDEX];
     switch (type) {
       case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
-#if MW_NHWC || !defined(MW_STAGED_NCHW)
+#if MW_MEGA_XFORM_SMEM
+      case TASK_INPUT:
+        if constexpr ((MW_MEGA_XFORM_SMEM & 1) != 0)
+          input_transform_task_xpose<MW_M, MW_NHWC != 0, BLOCK_THREADS>(p, x, group, index,
+                                                                         reinterpret_cast<float*>(&smem));
+        else
+          input_transform_default<MW_M, MW_NHWC != 0>(p, x, group, index);
+        break;
+      case TASK_OUTPUT:
+        if constexpr ((MW_MEGA_XFORM_SMEM & 2) != 0)
+          output_transform_task_cpt2s<MW_M, MW_NHWC != 0, 32, BLOCK_THREADS>(p, y, group, index,
+                                                                             reinterpret_cast<float*>(&smem));
+        else
+          output_transform_default<MW_M, MW_NHWC != 0>(p, y, group, index);
+        break;
+#elif MW_NHWC || !defined(MW_STAGED_NCHW)
       case TASK_INPUT: input_transform_default<MW_M, MW_NHWC != 0>(p, x, group, index); break;
       case TASK_OUTPUT: output_transform_default<MW_M, MW_NHWC != 0>(p, y, group, index); break;
 #else

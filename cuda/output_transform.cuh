@@ -166,6 +166,109 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
   }
 }
 
+// Version 2 with 2 output channels per thread under a 128-register cap (the megakernel,
+// experiment 8): the same lane map, float2 M loads, arithmetic and y stores as
+// output_transform_task_v2<.., 2, CW>, but the second channel of each float2 goes straight to the
+// thread's private shared-memory slots (input_transform.cuh) and is transformed after the first,
+// so only one channel's 36 values are live in registers.  sbuf: alpha^2 * NT floats.
+// Experiment 9: the vec path loads all 36 float2 into registers before the 36 parking stores;
+// otherwise ptxas (at the 128-register cap) sinks each load next to its STS and the loads of an
+// item run one after another (SASS: 36 LD.E.64 back to back, then the STS).
+template <int M, bool NHWC>
+__device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
+                                                     const TileCoord& tc, int k) {
+  constexpr int A = M + 2;
+  const int K = static_cast<int>(p.K);
+  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
+  const bool vec_rows = !NHWC && M == 4 && (out_w % 4) == 0;
+  const int oy0 = tc.th * M, ox0 = tc.tw * M;
+  float tmp[M * A];
+#pragma unroll
+  for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);       // columns
+  float o[M * M];
+#pragma unroll
+  for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const int oy = oy0 + i;
+    if (oy >= out_h) continue;
+    if (vec_rows) {
+      float* row = y + ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox0;
+      *reinterpret_cast<float4*>(row) =
+          make_float4(o[i * M + 0], o[i * M + 1 % M], o[i * M + 2 % M], o[i * M + 3 % M]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < M; ++j) {
+        const int ox = ox0 + j;
+        if (ox >= out_w) continue;
+        const long long off = NHWC
+            ? ((static_cast<long long>(tc.n) * out_h + oy) * out_w + ox) * K + k
+            : ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox;
+        y[off] = o[i * M + j];
+      }
+    }
+  }
+}
+
+template <int M, bool NHWC, int CW, int NT>
+__device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, float* y, int group,
+                                                            int index, float* sbuf) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  constexpr int CPT = 2;
+  constexpr int LPT = CW / CPT;
+  static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.output_k_per_task);
+  const int K = static_cast<int>(p.K);
+  const int k0 = index * per;
+  const int k1 = min(K, k0 + per);
+  const int nkg = (k1 - k0 + CW - 1) / CW;
+  const int items = tpg * nkg * LPT;
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.k_stride;
+  const int ks = static_cast<int>(p.k_stride);
+  const bool vec = (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+  const unsigned sa = smem_addr(sbuf) + threadIdx.x * 4u;
+
+  for (int w = threadIdx.x; w < items; w += blockDim.x) {
+    const int li = w & (LPT - 1);
+    const int rest = w / LPT;
+    const int kg = rest / tpg;
+    const int tl = rest - kg * tpg;
+    const int kb = k0 + kg * CW + li * CPT;
+    const long long t = t_base + tl;
+    if (kb >= k1 || t >= p.tiles) continue;
+    const float* src = Mb + t * ks + kb;
+    float mm[AA];
+    if (vec) {
+      float hi[AA];
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
+        mm[q] = f.x;
+        hi[q] = f.y;
+      }
+#pragma unroll
+      for (int q = 0; q < AA; ++q) sts_f32(sa + q * (NT * 4), hi[q]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        mm[q] = src[q * plane];
+        sts_f32(sa + q * (NT * 4), kb + 1 < k1 ? src[q * plane + 1] : 0.0f);
+      }
+    }
+    const TileCoord tc = tile_coord(p, t);
+    output_store_channel<M, NHWC>(p, y, mm, tc, kb);
+    if (kb + 1 < k1) {
+#pragma unroll
+      for (int q = 0; q < AA; ++q) mm[q] = lds_f32(sa + q * (NT * 4));
+      output_store_channel<M, NHWC>(p, y, mm, tc, kb + 1);
+    }
+  }
+}
+
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_default(const Params& p, float* y, int group, int index) {
 #ifdef MW_XFORM_V1
