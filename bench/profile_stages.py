@@ -5,11 +5,11 @@ their kernels on a normal Plan's parameter block, checks bitwise equality of V /
 the first variant, and times each stage (median of CUDA events).
 
     PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/profile_stages.py variants \
-        --layers vgg16.conv1_2,resnet50.conv4 --variants "-DMW_XFORM_V1;" --json $OUT/v.json
+        --layers vgg16.conv1_2,resnet50.conv4 --variants "-DMW_IN_CPT=1 -DMW_OUT_CPT=1;" --json $OUT/v.json
     ncu ... python3 bench/profile_stages.py ncu --layers vgg16.conv1_2 --batch 16 --variants "..."
 
 A variant is -D options plus optional task-parameter tokens (gk=N: gemm_k_per_task, tpg=N:
-tiles_per_group), e.g. "-DMW_GEMM_WIDE gk=64".  The megakernel of a variant runs with
+tiles_per_group), e.g. "-DMW_GEMM_MIN_BLOCKS=1 gk=64".  The megakernel of a variant runs with
 a grid of SMs x its own resident blocks per SM.
 """
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main(argv=None):
     ap.add_argument("mode", choices=("variants", "ncu"))
     ap.add_argument("--layers", default="vgg16.conv1_2")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--variants", default="-DMW_XFORM_V1;")
+    ap.add_argument("--variants", default="-DMW_IN_CPT=1 -DMW_OUT_CPT=1;")
     ap.add_argument("--stages", default="input,output,gemm")
     ap.add_argument("--mega", action="store_true")
     ap.add_argument("--reps", type=int, default=10)

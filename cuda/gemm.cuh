@@ -14,17 +14,6 @@
 // Every output element is one reduction over k = 0 .. c_stride-1 in order, one
 // __fmaf_rn per k (zero-filled k beyond c_stride adds +0): no split-K, no
 // atomics, the same bits for every mapping and both executors.
-//
-// Wide variant (bench/NOTES.md experiment 6; column spans > 64, i.e. gemm_k_per_task >= 128):
-// block tile 128 (64) rows x 128 columns, 256 threads, micro-tile 8 x 8 (4 x 8), BK = 8,
-// GEMM_W_STAGES-deep cp.async pipeline.
-//   Aw[stage][k][128 + 4]  A transposed (k-major) by 4-byte cp.async.ca copies: lanes of a
-//                          warp copy 8 k x 4 rows; with the +4 pad their banks are all distinct
-//   Bw[stage][k][128]      U rows, 16-byte cp.async.cg
-// Thread (tr, tc) owns rows h * 64 + tr * 4 + [0, 4) and columns c * 64 + tc * 4 + [0, 4)
-// (h, c in {0, 1}); per k a thread reads two float4 of A and two of B (each warp-wide LDS.128
-// covers 64 or 128 contiguous bytes: conflict-free) for 64 FFMA.  Same per-element reduction
-// order as the narrow tile, so both tiles give the same bits.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -43,30 +32,14 @@ constexpr int GEMM_BS_STRIDE = GEMM_BN;
 static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
 static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
 
-#ifndef MW_GEMM_W_STAGES
-#define MW_GEMM_W_STAGES 4
-#endif
-#ifndef MW_GEMM_W_KUNROLL
-#define MW_GEMM_W_KUNROLL 2   // fits the 128-register cap of 2 blocks/SM; 1 block/SM: 8
-#endif
-constexpr int GEMM_W_KUNROLL = MW_GEMM_W_KUNROLL;
-constexpr int GEMM_W_BN = 128;
-constexpr int GEMM_W_BK = 8;
-constexpr int GEMM_W_STAGES = MW_GEMM_W_STAGES;
-constexpr int GEMM_W_AS_STRIDE = 128 + 4;
-constexpr int GEMM_W_BS_STRIDE = GEMM_W_BN;
-
 struct GemmSmemNarrow {
   float A[GEMM_STAGES][GEMM_BM * GEMM_AS_STRIDE];
   float B[GEMM_STAGES][GEMM_BK * GEMM_BS_STRIDE];
 };
-struct GemmSmemWide {
-  float A[GEMM_W_STAGES][GEMM_W_BK * GEMM_W_AS_STRIDE];
-  float B[GEMM_W_STAGES][GEMM_W_BK * GEMM_W_BS_STRIDE];
-};
+// A union (one member since the wide tile was removed): as a struct, nvcc emits different PTX
+// for the GEMM at MW_GEMM_MIN_BLOCKS=1.  The megakernel's transforms reuse it as plain floats.
 union GemmSmem {
   GemmSmemNarrow n;
-  GemmSmemWide w;
 };
 
 __device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool valid) {
@@ -76,12 +49,6 @@ __device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool 
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async4(float* smem, const float* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
-               : "memory");
-}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
@@ -188,177 +155,10 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   }
 }
 
-// Geometry of wide tile `it` of GEMM task (group, index): it = column span * row blocks + row
-// block; row blocks are 128 rows, the last one 64 when tiles_per_group % 128 == 64.
-struct WideTile {
-  const float* Vp;     // V[pos] + row0 * c_stride
-  const float* Up;     // U[pos] + col
-  float* Mp;           // M[pos] + row0 * k_stride + col
-  int col_left;        // columns of the span left from col (may exceed 128)
-  int rows;            // 128 or 64
-};
-
-__device__ __forceinline__ WideTile wide_tile_geometry(const Params& p, int group, int index, int it) {
-  const int kb = index % static_cast<int>(p.k_blocks);
-  const int pos = index / static_cast<int>(p.k_blocks);
-  const int k0 = kb * static_cast<int>(p.gemm_k_per_task);
-  const int k1 = min(static_cast<int>(p.k_stride), k0 + static_cast<int>(p.gemm_k_per_task));
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int row_blocks = (tpg + 127) >> 7;
-  const int cb = it / row_blocks, rb = it - cb * row_blocks;
-  const long long c_stride = p.c_stride, k_stride = p.k_stride;
-  const long long row0 = static_cast<long long>(group) * tpg + rb * 128;
-  const int col = k0 + cb * GEMM_W_BN;
-  WideTile g;
-  g.Vp = reinterpret_cast<const float*>(p.V) + (pos * p.tiles_padded + row0) * c_stride;
-  g.Up = reinterpret_cast<const float*>(p.U) + pos * c_stride * k_stride + col;
-  g.Mp = reinterpret_cast<float*>(p.Mbuf) + (pos * p.tiles_padded + row0) * k_stride + col;
-  g.col_left = k1 - col;
-  g.rows = min(128, tpg - rb * 128);
-  return g;
-}
-
-// One (RH*64) x 128 output tile (wide variant).  The load pointers are derived up front and the
-// store pointer again at the end (fewer registers live around the 8 x 8 micro-tile).
-template <int RH>
-__device__ __forceinline__ void gemm_tile_wide(const Params& p, GemmSmemWide& sm, int group, int index,
-                                               int it) {
-  constexpr int BK = GEMM_W_BK;
-  constexpr int ST = GEMM_W_STAGES;
-  constexpr int ROWS = RH * 64;
-  constexpr int A_PER_THREAD = ROWS * BK / BLOCK_THREADS;   // 4 or 2 single floats
-  static_assert(BK == 8 && BK * GEMM_W_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
-  const int tid = threadIdx.x;
-  const int lane = tid & 31, warp = tid >> 5;
-  const int tr = (warp >> 1) * 4 + (lane >> 3);   // 0..15: rows h*64 + tr*4 + [0,4)
-  const int tc = (warp & 1) * 8 + (lane & 7);     // 0..15: cols c*64 + tc*4 + [0,4)
-  const int c_stride = static_cast<int>(p.c_stride);
-  const int k_tiles = (c_stride + BK - 1) / BK;
-
-  // A copies: element e = tid + r * 256 -> k = tid & 7, row = (tid >> 3) + 32 r; 4-byte copies.
-  // B copies: one 16-byte chunk: k = tid >> 5, cols (tid & 31) * 4.  A copy that is off reads
-  // nothing (src-size 0) and points at the thread's first element.
-  const float* a_src;
-  const float* b_src;
-  bool b_col_ok;
-  int b_kstep;
-  {
-    const WideTile g = wide_tile_geometry(p, group, index, it);
-    a_src = g.Vp + (tid >> 3) * c_stride + (tid & 7);
-    b_col_ok = (tid & 31) * 4 < g.col_left;
-    b_kstep = static_cast<int>(p.k_stride);
-    b_src = g.Up + (b_col_ok ? (tid >> 5) * b_kstep + (tid & 31) * 4 : 0);
-  }
-  const unsigned a_dst = static_cast<unsigned>(__cvta_generic_to_shared(&sm.A[0][0])) +
-                         4u * ((tid & 7) * GEMM_W_AS_STRIDE + (tid >> 3));
-  const unsigned b_dst = static_cast<unsigned>(__cvta_generic_to_shared(&sm.B[0][0])) +
-                         4u * ((tid >> 5) * GEMM_W_BS_STRIDE + (tid & 31) * 4);
-
-  auto load_stage = [&](int kt, int stage) {
-    const int kbase = kt * BK;
-    const bool a_ok = kbase + (tid & 7) < c_stride;
-    const float* as = a_src + (a_ok ? kbase : 0);
-#pragma unroll
-    for (int r = 0; r < A_PER_THREAD; ++r) {
-      const unsigned s = a_dst + 4u * (stage * BK * GEMM_W_AS_STRIDE + r * 32);
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s),
-                   "l"(as + r * 32 * c_stride), "r"(a_ok ? 4 : 0) : "memory");
-    }
-    const bool ok = b_col_ok && kbase + (tid >> 5) < c_stride;
-    const unsigned s = b_dst + 4u * (stage * BK * GEMM_W_BS_STRIDE);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
-                 "l"(b_src + (ok ? kbase * b_kstep : 0)), "r"(ok ? 16 : 0) : "memory");
-  };
-
-  float acc[RH * 4][8];
-#pragma unroll
-  for (int i = 0; i < RH * 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < ST - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    cp_async_commit();
-  }
-
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<ST - 2>();
-    __syncthreads();   // stage kt visible to all; stage kt-1 no longer read by anyone
-    {
-      const int nk = kt + ST - 1;
-      if (nk < k_tiles) load_stage(nk, nk % ST);
-      cp_async_commit();
-    }
-    const int stage = kt % ST;
-    const float* As = sm.A[stage] + tr * 4;
-    const float* Bs = sm.B[stage] + tc * 4;
-#pragma unroll GEMM_W_KUNROLL
-    for (int k = 0; k < BK; ++k) {
-      float a[RH * 4], b[8];
-#pragma unroll
-      for (int h = 0; h < RH; ++h) {
-        const float4 v = *reinterpret_cast<const float4*>(As + k * GEMM_W_AS_STRIDE + h * 64);
-        a[h * 4 + 0] = v.x; a[h * 4 + 1] = v.y; a[h * 4 + 2] = v.z; a[h * 4 + 3] = v.w;
-      }
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float4 v = *reinterpret_cast<const float4*>(Bs + k * GEMM_W_BS_STRIDE + c * 64);
-        b[c * 4 + 0] = v.x; b[c * 4 + 1] = v.y; b[c * 4 + 2] = v.z; b[c * 4 + 3] = v.w;
-      }
-#pragma unroll
-      for (int i = 0; i < RH * 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();   // shared memory free for the next tile / task
-
-  const WideTile g = wide_tile_geometry(p, group, index, it);
-  const int k_stride = static_cast<int>(p.k_stride);
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const int col = c * 64 + tc * 4;
-    if (col < g.col_left) {
-#pragma unroll
-      for (int h = 0; h < RH; ++h)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float* dst = g.Mp + (h * 64 + tr * 4 + i) * k_stride + col;
-          *reinterpret_cast<float4*>(dst) =
-              make_float4(acc[h * 4 + i][c * 4 + 0], acc[h * 4 + i][c * 4 + 1], acc[h * 4 + i][c * 4 + 2],
-                          acc[h * 4 + i][c * 4 + 3]);
-        }
-    }
-  }
-}
-
-__device__ __forceinline__ void gemm_wide_tile(const Params& p, GemmSmemWide& sm, int group, int index,
-                                               int it) {
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int row_blocks = (tpg + 127) >> 7;
-  const int rb = it % row_blocks;
-  if (rb * 128 + 128 <= tpg)
-    gemm_tile_wide<2>(p, sm, group, index, it);
-  else
-    gemm_tile_wide<1>(p, sm, group, index, it);
-}
-
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
   const int kb = index % static_cast<int>(p.k_blocks);
   const int k0 = kb * static_cast<int>(p.gemm_k_per_task);
   const int k1 = min(static_cast<int>(p.k_stride), k0 + static_cast<int>(p.gemm_k_per_task));
-#ifdef MW_GEMM_WIDE   // opt-in: measured no faster than the narrow tile (bench/NOTES.md exp. 6)
-  if (k1 - k0 > GEMM_BN) {
-    // Wide task (more than 64 columns): every tile wide, the last column span predicated
-    // (same per-element reduction as the narrow tile, so the same bits).
-    const int n = ((k1 - k0 + GEMM_W_BN - 1) / GEMM_W_BN) * ((static_cast<int>(p.tiles_per_group) + 127) >> 7);
-#pragma unroll 1
-    for (int it = 0; it < n; ++it) gemm_wide_tile(p, sm.w, group, index, it);
-    return;
-  }
-#endif
   const int pos = index / static_cast<int>(p.k_blocks);
   const int tpg = static_cast<int>(p.tiles_per_group);
   const long long t0 = static_cast<long long>(group) * tpg;

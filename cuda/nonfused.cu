@@ -33,12 +33,7 @@ mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int firs
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first_task) {
   const int* rec = mw::task_record(*params, first_task);
-#if MW_NHWC || !defined(MW_STAGED_NCHW)
   mw::input_transform_default<MW_M, MW_NHWC != 0>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
-#else
-  __shared__ float sbuf[mw::StageSize<MW_M>::value];
-  mw::input_transform_task_staged<MW_M>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX], sbuf);
-#endif
 }
 
 #ifndef MW_GEMM_MIN_BLOCKS
@@ -54,10 +49,5 @@ mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task) {
   const int* rec = mw::task_record(*params, first_task);
-#if MW_NHWC || !defined(MW_STAGED_NCHW)
   mw::output_transform_default<MW_M, MW_NHWC != 0>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
-#else
-  __shared__ float sbuf[mw::StageSize<MW_M>::value];
-  mw::output_transform_task_staged<MW_M>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX], sbuf);
-#endif
 }

@@ -1,12 +1,7 @@
 // OUTPUT task (group g, K chunk): y = A^T M A for the real tiles of g, writes
 // masked to out_h x out_w.  Mirrors megawino/stages/output_transform.py.
-// Default, both layouts (output_transform_task): items with 8 output channels fastest, then tiles
-// (one warp: 4 tiles x 8 channels), so each M load and y store of a warp covers
-// whole 32-byte sectors.
-// NCHW, with -DMW_STAGED_NCHW only (output_transform_task_staged; see NOTES.md): the block reads 32 tiles x 8 channels x
-// alpha^2 values of M as 16-byte vectors into shared memory, then a warp takes 32
-// consecutive tiles of one channel, so y rows are written along the image rows
-// (16-byte vectors for m = 4 when out_w % 4 == 0).
+// Both layouts: output_transform_default (output_transform_task_v2, lane map below); the
+// megakernel at 2 blocks/SM: output_transform_task_cpt2s (shared-memory parking).
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -14,59 +9,6 @@
 #include "params.cuh"
 
 namespace mw {
-
-template <int M, bool NHWC>
-__device__ __forceinline__ void output_transform_task(const Params& p, float* y, int group,
-                                                      int index) {
-  constexpr int A = M + 2;
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int per = static_cast<int>(p.output_k_per_task);
-  const int K = static_cast<int>(p.K);
-  const int k0 = index * per;
-  const int k1 = min(K, k0 + per);
-  const int nkg = (k1 - k0 + 7) >> 3;
-  const int items = tpg * nkg * 8;
-  const long long t_base = static_cast<long long>(group) * tpg;
-  const long long plane = p.tiles_padded * p.k_stride;
-  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
-
-  for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    const int kl = w & 7;
-    const int rest = w >> 3;
-    const int kg = rest / tpg;
-    const int tl = rest - kg * tpg;
-    const int k = k0 + kg * 8 + kl;
-    const long long t = t_base + tl;
-    if (k >= k1 || t >= p.tiles) continue;
-    const float* src = Mb + t * p.k_stride + k;
-    float mm[A * A];
-#pragma unroll
-    for (int q = 0; q < A * A; ++q) mm[q] = src[q * plane];
-    float tmp[M * A];
-#pragma unroll
-    for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);       // columns
-    float o[M * M];
-#pragma unroll
-    for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
-    const TileCoord tc = tile_coord(p, t);
-    const int oy0 = tc.th * M, ox0 = tc.tw * M;
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const int oy = oy0 + i;
-      if (oy >= out_h) continue;
-#pragma unroll
-      for (int j = 0; j < M; ++j) {
-        const int ox = ox0 + j;
-        if (ox >= out_w) continue;
-        const long long off = NHWC
-            ? ((static_cast<long long>(tc.n) * out_h + oy) * out_w + ox) * K + k
-            : ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox;
-        y[off] = o[i * M + j];
-      }
-    }
-  }
-}
 
 // Version 2 (default; bench/NOTES.md experiment 4): a thread takes one tile and CPT consecutive
 // output channels, the lanes of a warp cover CW channels of 32 * CPT / CW tiles: with CW = 32 each
@@ -166,10 +108,26 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
   }
 }
 
+// Per-thread private slots in shared memory (bench/NOTES.md experiment 8): slot q of a thread
+// at byte address base + q * NT * 4, base = its 4-byte column: conflict-free, no barrier needed
+// (a thread reads back only what it wrote).  Explicit st/ld.shared so that the compiler can
+// neither forward the value in a register nor drop the store.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void sts_f32(unsigned a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
+}
+__device__ __forceinline__ float lds_f32(unsigned a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+
 // Version 2 with 2 output channels per thread under a 128-register cap (the megakernel,
 // experiment 8): the same lane map, float2 M loads, arithmetic and y stores as
 // output_transform_task_v2<.., 2, CW>, but the second channel of each float2 goes straight to the
-// thread's private shared-memory slots (input_transform.cuh) and is transformed after the first,
+// thread's private shared-memory slots (above) and is transformed after the first,
 // so only one channel's 36 values are live in registers.  sbuf: alpha^2 * NT floats.
 // Experiment 9: the vec path loads all 36 float2 into registers before the 36 parking stores;
 // otherwise ptxas (at the 128-register cap) sinks each load next to its STS and the loads of an
@@ -271,84 +229,7 @@ __device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, flo
 
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_default(const Params& p, float* y, int group, int index) {
-#ifdef MW_XFORM_V1
-  output_transform_task<M, NHWC>(p, y, group, index);
-#else
   output_transform_task_v2<M, NHWC, MW_OUT_CPT, MW_OUT_CW>(p, y, group, index);
-#endif
-}
-
-template <int M>
-__device__ __forceinline__ void output_transform_task_staged(const Params& p, float* y, int group,
-                                                             int index, float* sbuf) {
-  constexpr int A = M + 2;
-  constexpr int AA = A * A;
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int per = static_cast<int>(p.output_k_per_task);
-  const int K = static_cast<int>(p.K);
-  const int k0 = index * per;
-  const int k1 = min(K, k0 + per);
-  const int n_oct = (k1 - k0 + 7) >> 3;
-  const int n_ts = tpg >> 5;
-  const long long t_base = static_cast<long long>(group) * tpg;
-  const long long plane = p.tiles_padded * p.k_stride;
-  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const bool vec_rows = (M == 4) && (out_w % 4 == 0);
-
-  for (int sub = 0; sub < n_ts * n_oct; ++sub) {
-    const int oct = sub / n_ts;
-    const long long t_sub = t_base + static_cast<long long>(sub - oct * n_ts) * 32;
-    const int kk0 = k0 + oct * 8;
-    for (int e = threadIdx.x; e < AA * 64; e += blockDim.x) {
-      const int q = e >> 6;
-      const int tile = (e >> 1) & 31;
-      const int half = e & 1;
-      const int kk = kk0 + half * 4;
-      if (kk >= k1) continue;
-      float* s = sbuf + (q * 8 + half * 4) * 32 + tile;
-      const float* src = Mb + q * plane + (t_sub + tile) * p.k_stride + kk;
-      if (kk + 4 <= k1 && (kk & 3) == 0) {
-        const float4 v = *reinterpret_cast<const float4*>(src);
-        s[0] = v.x; s[32] = v.y; s[64] = v.z; s[96] = v.w;
-      } else {
-        for (int i = 0; i < 4 && kk + i < k1; ++i) s[i * 32] = src[i];
-      }
-    }
-    __syncthreads();
-    const int k = kk0 + warp;
-    const long long t = t_sub + lane;
-    if (k < k1 && t < p.tiles) {
-      float mm[AA];
-#pragma unroll
-      for (int q = 0; q < AA; ++q) mm[q] = sbuf[(q * 8 + warp) * 32 + lane];
-      float tmp[M * A];
-#pragma unroll
-      for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);
-      float o[M * M];
-#pragma unroll
-      for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);
-      const TileCoord tc = tile_coord(p, t);
-      const int oy0 = tc.th * M, ox0 = tc.tw * M;
-      float* plane_y = y + (static_cast<long long>(tc.n) * K + k) * out_h * out_w;
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-        const int oy = oy0 + i;
-        if (oy >= out_h) continue;
-        float* row = plane_y + static_cast<long long>(oy) * out_w + ox0;
-        if (vec_rows && ox0 + M <= out_w) {
-          *reinterpret_cast<float4*>(row) = make_float4(o[i * M + 0], o[i * M + 1 % M], o[i * M + 2 % M],
-                                                        o[i * M + 3 % M]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < M; ++j)
-            if (ox0 + j < out_w) row[j] = o[i * M + j];
-        }
-      }
-    }
-    __syncthreads();
-  }
 }
 
 }  // namespace mw
