@@ -18,9 +18,9 @@ for what in "$@"; do
   case $what in
     tests)   step gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py tests/test_gpu_direct.py ;;
     direct)  step direct-tune python3 -m megawino.direct_tune --suite direct --batch 64 --budget "${DIRECT_BUDGET:-120}"
-             cp mapping/direct_*.json "$out/" 2>/dev/null ;;
+             for f in mapping/direct_*.json; do cp "$f" "$out/mapping-$(basename "$f")"; done ;;
     tune)    step tune python3 bench/tune.py suite --budget "${TUNE_BUDGET:-300}"
-             cp mapping/h100.json mapping/h200.json "$out/" 2>/dev/null ;;
+             for f in mapping/h1*.json mapping/h2*.json; do [ -f "$f" ] && cp "$f" "$out/mapping-$(basename "$f")"; done ;;
     compare) step compare python3 bench/compare.py --out "$out/h100.json" ;;
     compare-direct) step compare-direct python3 bench/compare.py --suite direct --out "$out/h100-direct.json" ;;
     sweep)   step sweep python3 -m megawino sweep resnet50 --batch 64 --compare cudnn --json "$out/sweep-resnet50.json" ;;
