@@ -41,13 +41,6 @@
 #include "gemm.cuh"
 #include "output_transform.cuh"
 
-#ifndef MW_M
-#define MW_M 4
-#endif
-#ifndef MW_NHWC
-#define MW_NHWC 0
-#endif
-
 static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS,
               "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
 

@@ -10,13 +10,6 @@
 #include "gemm.cuh"
 #include "output_transform.cuh"
 
-#ifndef MW_M
-#define MW_M 4
-#endif
-#ifndef MW_NHWC
-#define MW_NHWC 0
-#endif
-
 namespace mw {
 __device__ __forceinline__ const int* task_record(const Params& p, int first_task) {
   return reinterpret_cast<const int*>(p.records) +

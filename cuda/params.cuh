@@ -4,3 +4,12 @@
 #pragma once
 
 #include "generated_tasks.cuh"
+
+// Compile-time variants of the Winograd modules (the runtime always passes both; these
+// defaults serve standalone nvcc builds): F(MW_M x MW_M, 3x3), NHWC or NCHW tensors.
+#ifndef MW_M
+#define MW_M 4
+#endif
+#ifndef MW_NHWC
+#define MW_NHWC 0
+#endif
