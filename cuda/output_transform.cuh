@@ -21,117 +21,8 @@ namespace mw {
 #define MW_OUT_CW 32
 #endif
 
-template <int M, bool NHWC, int CPT, int CW>
-__device__ __forceinline__ void output_transform_task_v2(const Params& p, float* y, int group,
-                                                         int index) {
-  constexpr int A = M + 2;
-  constexpr int AA = A * A;
-  constexpr int LPT = CW / CPT;
-  static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int per = static_cast<int>(p.output_k_per_task);
-  const int K = static_cast<int>(p.K);
-  const int k0 = index * per;
-  const int k1 = min(K, k0 + per);
-  const int nkg = (k1 - k0 + CW - 1) / CW;
-  const int items = tpg * nkg * LPT;
-  const long long t_base = static_cast<long long>(group) * tpg;
-  const long long plane = p.tiles_padded * p.k_stride;
-  const int ks = static_cast<int>(p.k_stride);
-  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
-  const bool vec = CPT > 1 && (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
-  const bool vec_rows = !NHWC && M == 4 && (out_w % 4) == 0;
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
-
-  for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    const int li = w & (LPT - 1);
-    const int rest = w / LPT;
-    const int kg = rest / tpg;
-    const int tl = rest - kg * tpg;
-    const int kb = k0 + kg * CW + li * CPT;
-    const long long t = t_base + tl;
-    if (kb >= k1 || t >= p.tiles) continue;
-    const float* src = Mb + t * ks + kb;
-    float mm[CPT][AA];
-    if (vec) {
-#pragma unroll
-      for (int q = 0; q < AA; ++q) {
-        if constexpr (CPT == 4) {
-          const float4 f = *reinterpret_cast<const float4*>(src + q * plane);
-          mm[0][q] = f.x; mm[1][q] = f.y; mm[2][q] = f.z; mm[3][q] = f.w;
-        } else if constexpr (CPT == 2) {
-          const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
-          mm[0][q] = f.x; mm[1][q] = f.y;
-        } else {
-          mm[0][q] = src[q * plane];
-        }
-      }
-    } else {
-#pragma unroll
-      for (int ci = 0; ci < CPT; ++ci)
-#pragma unroll
-        for (int q = 0; q < AA; ++q) mm[ci][q] = kb + ci < k1 ? src[q * plane + ci] : 0.0f;
-    }
-    const TileCoord tc = tile_coord(p, t);
-    const int oy0 = tc.th * M, ox0 = tc.tw * M;
-#pragma unroll
-    for (int ci = 0; ci < CPT; ++ci) {
-      const int k = kb + ci;
-      if (k >= k1) continue;
-      float tmp[M * A];
-#pragma unroll
-      for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm[ci] + b, tmp + b);       // columns
-      float o[M * M];
-#pragma unroll
-      for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-        const int oy = oy0 + i;
-        if (oy >= out_h) continue;
-        if (vec_rows) {
-          float* row = y + ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox0;
-          *reinterpret_cast<float4*>(row) =
-              make_float4(o[i * M + 0], o[i * M + 1 % M], o[i * M + 2 % M], o[i * M + 3 % M]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < M; ++j) {
-            const int ox = ox0 + j;
-            if (ox >= out_w) continue;
-            const long long off = NHWC
-                ? ((static_cast<long long>(tc.n) * out_h + oy) * out_w + ox) * K + k
-                : ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox;
-            y[off] = o[i * M + j];
-          }
-        }
-      }
-    }
-  }
-}
-
-// Per-thread private slots in shared memory (bench/NOTES.md experiment 8): slot q of a thread
-// at byte address base + q * NT * 4, base = its 4-byte column: conflict-free, no barrier needed
-// (a thread reads back only what it wrote).  Explicit st/ld.shared so that the compiler can
-// neither forward the value in a register nor drop the store.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void sts_f32(unsigned a, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
-}
-__device__ __forceinline__ float lds_f32(unsigned a) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
-  return v;
-}
-
-// Version 2 with 2 output channels per thread under a 128-register cap (the megakernel,
-// experiment 8): the same lane map, float2 M loads, arithmetic and y stores as
-// output_transform_task_v2<.., 2, CW>, but the second channel of each float2 goes straight to the
-// thread's private shared-memory slots (above) and is transformed after the first,
-// so only one channel's 36 values are live in registers.  sbuf: alpha^2 * NT floats.
-// Experiment 9: the vec path loads all 36 float2 into registers before the 36 parking stores;
-// otherwise ptxas (at the 128-register cap) sinks each load next to its STS and the loads of an
-// item run one after another (SASS: 36 LD.E.64 back to back, then the STS).
+// One output channel of one tile: y = A^T m A, stored with the edge masks (a float4 per row
+// when NCHW rows allow).  Shared by both lane maps, so their bits agree by construction.
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
                                                      const TileCoord& tc, int k) {
@@ -168,6 +59,87 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
   }
 }
 
+template <int M, bool NHWC, int CPT, int CW>
+__device__ __forceinline__ void output_transform_task_v2(const Params& p, float* y, int group,
+                                                         int index) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  constexpr int LPT = CW / CPT;
+  static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.output_k_per_task);
+  const int K = static_cast<int>(p.K);
+  const int k0 = index * per;
+  const int k1 = min(K, k0 + per);
+  const int nkg = (k1 - k0 + CW - 1) / CW;
+  const int items = tpg * nkg * LPT;
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.k_stride;
+  const int ks = static_cast<int>(p.k_stride);
+  const bool vec = CPT > 1 && (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+
+  for (int w = threadIdx.x; w < items; w += blockDim.x) {
+    const int li = w & (LPT - 1);
+    const int rest = w / LPT;
+    const int kg = rest / tpg;
+    const int tl = rest - kg * tpg;
+    const int kb = k0 + kg * CW + li * CPT;
+    const long long t = t_base + tl;
+    if (kb >= k1 || t >= p.tiles) continue;
+    const float* src = Mb + t * ks + kb;
+    float mm[CPT][AA];
+    if (vec) {
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        if constexpr (CPT == 4) {
+          const float4 f = *reinterpret_cast<const float4*>(src + q * plane);
+          mm[0][q] = f.x; mm[1][q] = f.y; mm[2][q] = f.z; mm[3][q] = f.w;
+        } else if constexpr (CPT == 2) {
+          const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
+          mm[0][q] = f.x; mm[1][q] = f.y;
+        } else {
+          mm[0][q] = src[q * plane];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ci = 0; ci < CPT; ++ci)
+#pragma unroll
+        for (int q = 0; q < AA; ++q) mm[ci][q] = kb + ci < k1 ? src[q * plane + ci] : 0.0f;
+    }
+    const TileCoord tc = tile_coord(p, t);
+#pragma unroll
+    for (int ci = 0; ci < CPT; ++ci) {
+      if (kb + ci < k1) output_store_channel<M, NHWC>(p, y, mm[ci], tc, kb + ci);
+    }
+  }
+}
+
+// Per-thread private slots in shared memory (bench/NOTES.md experiment 8): slot q of a thread
+// at byte address base + q * NT * 4, base = its 4-byte column: conflict-free, no barrier needed
+// (a thread reads back only what it wrote).  Explicit st/ld.shared so that the compiler can
+// neither forward the value in a register nor drop the store.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void sts_f32(unsigned a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
+}
+__device__ __forceinline__ float lds_f32(unsigned a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+
+// Version 2 with 2 output channels per thread under a 128-register cap (the megakernel,
+// experiment 8): the same lane map, float2 M loads, arithmetic and y stores as
+// output_transform_task_v2<.., 2, CW>, but the second channel of each float2 goes straight to the
+// thread's private shared-memory slots (above) and is transformed after the first,
+// so only one channel's 36 values are live in registers.  sbuf: alpha^2 * NT floats.
+// Experiment 9: the vec path loads all 36 float2 into registers before the 36 parking stores;
+// otherwise ptxas (at the 128-register cap) sinks each load next to its STS and the loads of an
+// item run one after another (SASS: 36 LD.E.64 back to back, then the STS).
 template <int M, bool NHWC, int CW, int NT>
 __device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, float* y, int group,
                                                             int index, float* sbuf) {
