@@ -16,7 +16,7 @@ except ImportError:       # run from a checkout without installing
 import numpy as np  # noqa: E402
 
 from megawino.networks import load_suite  # noqa: E402
-from megawino.timing import l2_bytes, rotation_sets, time_cuda_stats  # noqa: E402
+from megawino.timing import device_rotation_sets, time_cuda_stats  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     rows = []
     for spec in specs:
         nbytes = 4 * int(np.prod(spec.input_shape))
-        sets = rotation_sets(nbytes, l2_bytes(), budget_bytes=1 << 30)
+        sets = device_rotation_sets(nbytes, budget_bytes=1 << 30)
         xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
         w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
         out = cupy.empty(spec.output_shape, dtype=cupy.float32)

@@ -13,7 +13,7 @@ import numpy as np
 from . import mapping as mapping_mod
 from .spec import LayerSpec
 from .stages import RUNNERS
-from .tasks import TaskGraph, TaskParams, TaskType, build_graph
+from .tasks import TaskGraph, TaskParams, TaskType, build_graph, default_params
 from .winograd import transform
 
 POISON = np.float32(np.nan)
@@ -76,8 +76,7 @@ def conv2d_cpu(x: np.ndarray, w: np.ndarray, padding: int = 1, layout: str = "NC
         raise ValueError(f"x and w must be 4-D, got x{tuple(x.shape)} and w{tuple(w.shape)}")
     n, c, h, wd = x.shape if layout == "NCHW" else (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
     spec = LayerSpec(n, c, w.shape[0], h, wd, w.shape[2], w.shape[3], 1, padding, layout)
-    graph = build_graph(spec, params if params is not None else None if m == 4 else
-                        TaskParams(m=m))
+    graph = build_graph(spec, params if params is not None else default_params(spec, m))
     if order is None:
         order = mapping_mod.interleaved_mapping(graph)
     return execute(graph, order, x, w).y

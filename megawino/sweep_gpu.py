@@ -87,9 +87,8 @@ def gpu_info() -> dict:
 def _rotation(cupy, first, spec: LayerSpec, rng: np.random.Generator) -> list:
     """``first`` plus enough fresh random inputs that the L2 cannot serve repeats."""
     from .sweep import _to_layout, random_inputs   # here: megawino.sweep imports this module
-    from .timing import l2_bytes, rotation_sets
-    free = cupy.cuda.Device().mem_info[0]
-    sets = rotation_sets(first.nbytes, l2_bytes(), budget_bytes=min(2 << 30, free // 8))
+    from .timing import device_rotation_sets
+    sets = device_rotation_sets(first.nbytes)
     return [first] + [cupy.asarray(_to_layout(random_inputs(spec, rng)[0], spec.layout, np))
                       for _ in range(sets - 1)]
 

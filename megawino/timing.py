@@ -24,6 +24,14 @@ def l2_bytes() -> int:
         return L2_BYTES_DEFAULT
 
 
+def device_rotation_sets(bytes_per_set: int, budget_bytes: int = 2 << 30) -> int:
+    """:func:`rotation_sets` for the current device: its L2 size, and at most
+    ``budget_bytes`` or an eighth of the free memory for all the sets."""
+    import cupy
+    free = cupy.cuda.Device().mem_info[0]
+    return rotation_sets(bytes_per_set, l2_bytes(), budget_bytes=min(budget_bytes, free // 8))
+
+
 def rotation_sets(bytes_per_set: int, l2_bytes: int = L2_BYTES_DEFAULT, factor: float = 3.0,
                   min_sets: int = 2, max_sets: int = 64, budget_bytes: int | None = None) -> int:
     """How many input sets to rotate among so that the L2 cannot serve repeats.

@@ -62,10 +62,8 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
 
 
 def _inputs(cupy, spec: LayerSpec, rng):
-    from .timing import l2_bytes, rotation_sets
-    x_bytes = 4 * int(np.prod(spec.input_shape))
-    free = cupy.cuda.Device().mem_info[0]
-    sets = rotation_sets(x_bytes, l2_bytes(), budget_bytes=min(2 << 30, free // 8))
+    from .timing import device_rotation_sets
+    sets = device_rotation_sets(4 * int(np.prod(spec.input_shape)))
     xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
     w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
     return xs, w
