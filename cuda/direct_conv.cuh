@@ -16,19 +16,40 @@
 // every B load is an aligned float4 with no predicate.
 //
 // Block tile BM (pixels) x BN (channels) x BK (reduction), register tile TM x TN,
-// (BM/TM) * (BN/TN) threads, shared memory double buffered, global loads for
-// tile k+1 issued into registers before the FFMAs of tile k.
+// (BM/TM) * (BN/TN) threads.  Global -> shared copies are cp.async (4-byte gathers of x
+// with zero-fill for padding and tails, 16-byte rows of wt) in an STAGES-deep ring:
+// no registers hold loads in flight, so the FFMAs of tile k overlap the copies of
+// tiles k+1 .. k+STAGES-1.  STAGES comes from megawino/direct/config.py.
 #pragma once
 
 #ifndef MW_DIRECT_BIG
 #define MW_DIRECT_BIG (1 << 28)
 #endif
 // Reduction terms per flush of the register tile into y (0: no flush, one chain).
+// Pipeline depth (DirectConfig.stages: as many as fit the static shared-memory budget).
+#ifndef MW_DIRECT_STAGES
+#define MW_DIRECT_STAGES 2
+#endif
 #ifndef MW_DIRECT_FLUSH_TERMS
 #define MW_DIRECT_FLUSH_TERMS 0
 #endif
 
 namespace mw_direct {
+
+// cp.async wrappers.  src_bytes 0 reads nothing and zero-fills the destination.
+__device__ __forceinline__ void copy4_async(float* smem, const float* gmem, bool valid) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void copy16_async(float* smem, const float* gmem, bool valid = true) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
 
 struct Params {
     const float* __restrict__ x;      // input, NCHW or NHWC
@@ -40,6 +61,8 @@ struct Params {
     int stride, pad;
     int ktiles;                       // ceil(C*R*S / BK)
     int ldw;                          // row length of wt (multiple of 128)
+    int vec_x;                        // 1: 1x1, stride 1, no padding, NCHW, OH*OW % 4 == 0 and
+                                      // x 16-byte aligned: x rows are copied 4 pixels at a time
 };
 
 template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
@@ -49,11 +72,14 @@ struct Tile {
     static constexpr int THREADS = TX * TY;
     static constexpr int A_ELEMS = BM * BK;
     static constexpr int A_PER = (A_ELEMS + THREADS - 1) / THREADS;
+    static constexpr int A_VECS = A_ELEMS / 4;                // vec_x: float4 copies per tile
+    static constexpr int A_VEC_PER = (A_VECS + THREADS - 1) / THREADS;
     static constexpr int B_VECS = BN * BK / 4;
     static constexpr int B_PER = (B_VECS + THREADS - 1) / THREADS;
     static constexpr int LDA = BM + 4;           // +16 B per row: float4-aligned, fewer conflicts
     static constexpr int LDB = BN + 4;
-    static constexpr int SMEM_BYTES = 2 * BK * (LDA + LDB) * 4 + (NHWC ? BM * 16 : 0);
+    static constexpr int STAGES = MW_DIRECT_STAGES;
+    static constexpr int SMEM_BYTES = STAGES * BK * (LDA + LDB) * 4 + (NHWC ? BM * 16 : 0);
 
     static_assert(BM % TM == 0 && BN % TN == 0, "tile must divide block");
     static_assert(TM % 4 == 0 && TN % 4 == 0, "register tile is read as float4");
@@ -61,6 +87,7 @@ struct Tile {
                   "BN must divide 128 (packed filter row padding)");
     static_assert(BK <= 16 && 16 % BK == 0, "BK must divide 16 (packed filter padding)");
     static_assert(THREADS % 32 == 0 && THREADS <= 1024, "threads");
+    static_assert(STAGES >= 2, "the ring needs two stages at least");
     // NCHW: threads run along pixels (coalesced along ox); each thread owns one pixel.
     static_assert(NHWC || (THREADS % BM == 0 && A_ELEMS % THREADS == 0),
                   "NCHW gather needs THREADS % BM == 0 and BM*BK % THREADS == 0");
@@ -81,8 +108,9 @@ __device__ __forceinline__ void conv_block(const Params& p) {
     constexpr int LDA = T::LDA;
     constexpr int LDB = T::LDB;
 
-    __shared__ __align__(16) float As[2][BK][LDA];
-    __shared__ __align__(16) float Bs[2][BK][LDB];
+    constexpr int STAGES = T::STAGES;
+    __shared__ __align__(16) float As[STAGES][BK][LDA];
+    __shared__ __align__(16) float Bs[STAGES][BK][LDB];
     __shared__ __align__(16) int4 minfo[NHWC ? BM : 1];   // {base, iy0, ix0, 0} per pixel
 
     const int tid = threadIdx.x;
@@ -121,52 +149,52 @@ __device__ __forceinline__ void conv_block(const Params& p) {
         my_pixel = pixel_info(m0 + tid % BM);
     }
 
-    float a_reg[A_PER];
-    float4 b_reg[B_PER];
+    // vec_x: a thread copies pixels 4q .. 4q+3 of the block (q fixed per thread, since
+    // THREADS is a multiple of BM / 4); x_quad = offset of x[n][0][pix], -1 past M.
+    static_assert(NHWC || THREADS % (BM / 4) == 0, "vec_x needs THREADS % (BM / 4) == 0");
+    const int quad = tid % (BM / 4);
+    int x_quad = -1;
+    if (!NHWC && p.vec_x && m0 + 4 * quad < p.M) {
+        const int n = (m0 + 4 * quad) / P;
+        x_quad = n * p.C * P + (m0 + 4 * quad - n * P);
+    }
 
-    auto load_global = [&](int kt) {
+    // Issues the copies of k-tile kt into ring slot `slot` (no wait).
+    auto load_tile = [&](int kt, int slot) {
         const int kbase = kt * BK;
+        if (!NHWC && p.vec_x) {
 #pragma unroll
-        for (int i = 0; i < A_PER; ++i) {
-            const int e = tid + i * THREADS;
-            float v = 0.0f;
-            if (T::A_ELEMS % THREADS == 0 || e < T::A_ELEMS) {
-                int krow;
-                int4 pix;
-                if constexpr (NHWC) {
-                    krow = e % BK;
-                    pix = minfo[e / BK];
-                } else {
-                    krow = e / BM;
-                    pix = my_pixel;
+            for (int i = 0; i < T::A_VEC_PER; ++i) {
+                const int e = tid + i * THREADS;
+                if (T::A_VECS % THREADS == 0 || e < T::A_VECS) {
+                    const int krow = e / (BM / 4);
+                    const bool inside = x_quad >= 0 && kbase + krow < p.C;
+                    copy16_async(&As[slot][krow][4 * quad],
+                                 inside ? p.x + x_quad + (kbase + krow) * P : p.x, inside);
                 }
-                const int4 t = __ldg(&p.table[kbase + krow]);
-                const int iy = pix.y + t.y;
-                const int ix = pix.z + t.z;
-                if ((unsigned)iy < (unsigned)p.H && (unsigned)ix < (unsigned)p.W)
-                    v = __ldg(p.x + (pix.x + t.x));
             }
-            a_reg[i] = v;
-        }
+        } else {
 #pragma unroll
-        for (int j = 0; j < B_PER; ++j) {
-            const int e = tid + j * THREADS;
-            if (T::B_VECS % THREADS == 0 || e < T::B_VECS) {
-                const int row = e / (BN / 4);
-                const int col = (e % (BN / 4)) * 4;
-                b_reg[j] = __ldg(reinterpret_cast<const float4*>(
-                    p.wt + (size_t)(kbase + row) * p.ldw + k0n + col));
-            }
-        }
-    };
-
-    auto store_shared = [&](int buf) {
-#pragma unroll
-        for (int i = 0; i < A_PER; ++i) {
-            const int e = tid + i * THREADS;
-            if (T::A_ELEMS % THREADS == 0 || e < T::A_ELEMS) {
-                if constexpr (NHWC) As[buf][e % BK][e / BK] = a_reg[i];
-                else                As[buf][e / BM][e % BM] = a_reg[i];
+            for (int i = 0; i < A_PER; ++i) {
+                const int e = tid + i * THREADS;
+                if (T::A_ELEMS % THREADS == 0 || e < T::A_ELEMS) {
+                    int krow, col;
+                    int4 pix;
+                    if constexpr (NHWC) {
+                        krow = e % BK;
+                        col = e / BK;
+                        pix = minfo[col];
+                    } else {
+                        krow = e / BM;
+                        col = e % BM;
+                        pix = my_pixel;
+                    }
+                    const int4 t = __ldg(&p.table[kbase + krow]);
+                    const int iy = pix.y + t.y;
+                    const int ix = pix.z + t.z;
+                    const bool inside = (unsigned)iy < (unsigned)p.H && (unsigned)ix < (unsigned)p.W;
+                    copy4_async(&As[slot][krow][col], inside ? p.x + (pix.x + t.x) : p.x, inside);
+                }
             }
         }
 #pragma unroll
@@ -175,7 +203,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
             if (T::B_VECS % THREADS == 0 || e < T::B_VECS) {
                 const int row = e / (BN / 4);
                 const int col = (e % (BN / 4)) * 4;
-                *reinterpret_cast<float4*>(&Bs[buf][row][col]) = b_reg[j];
+                copy16_async(&Bs[slot][row][col], p.wt + (size_t)(kbase + row) * p.ldw + k0n + col);
             }
         }
     };
@@ -203,24 +231,33 @@ __device__ __forceinline__ void conv_block(const Params& p) {
     // additions is fixed, so results are deterministic.
     // One software-pipelined pass over k-tiles [c0, c1) into acc.
     auto run_chunk = [&](int c0, int c1) {
-        load_global(c0);
-        store_shared(0);
-        __syncthreads();
+        // Prologue: STAGES - 1 tiles in flight.  One commit group per tile (empty past
+        // the end) keeps "wait until STAGES - 2 groups are pending" meaning "tile kt landed".
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (c0 + s < c1) load_tile(c0 + s, s);
+            copy_commit();
+        }
+        int slot = 0;
         for (int kt = c0; kt < c1; ++kt) {
-            const int buf = (kt - c0) & 1;
-            const bool more = kt + 1 < c1;
-            if (more) load_global(kt + 1);
+            copy_wait<STAGES - 2>();
+            // Tile kt is visible to all threads, and every thread is done with the slot
+            // the next copy overwrites (read in iteration kt - 1).
+            __syncthreads();
+            const int ahead = kt + STAGES - 1;
+            if (ahead < c1) load_tile(ahead, slot == 0 ? STAGES - 1 : slot - 1);
+            copy_commit();
 #pragma unroll
             for (int kk = 0; kk < BK; ++kk) {
                 float a[TM], b[TN];
 #pragma unroll
                 for (int j = 0; j < TM / 4; ++j) {
-                    const float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][j * T::TX * 4 + tx * 4]);
+                    const float4 v = *reinterpret_cast<const float4*>(&As[slot][kk][j * T::TX * 4 + tx * 4]);
                     a[4 * j + 0] = v.x; a[4 * j + 1] = v.y; a[4 * j + 2] = v.z; a[4 * j + 3] = v.w;
                 }
 #pragma unroll
                 for (int j = 0; j < TN / 4; ++j) {
-                    const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][j * T::TY * 4 + ty * 4]);
+                    const float4 v = *reinterpret_cast<const float4*>(&Bs[slot][kk][j * T::TY * 4 + ty * 4]);
                     b[4 * j + 0] = v.x; b[4 * j + 1] = v.y; b[4 * j + 2] = v.z; b[4 * j + 3] = v.w;
                 }
 #pragma unroll
@@ -228,9 +265,10 @@ __device__ __forceinline__ void conv_block(const Params& p) {
 #pragma unroll
                     for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
             }
-            if (more) store_shared(buf ^ 1);
-            __syncthreads();
+            slot = slot == STAGES - 1 ? 0 : slot + 1;
         }
+        copy_wait<0>();
+        __syncthreads();   // the next chunk's prologue refills the ring
     };
 
     if constexpr (MW_DIRECT_FLUSH_TERMS > 0) {

@@ -74,9 +74,10 @@ def test_resource_filter_rejects_over_limits():
     assert not resource_ok(cfg, regs=256)
     assert not resource_ok(DirectConfig(128, 128, 8, 4, 4, 1), regs=72)   # 1024 thr x 72 > 64K
     assert resource_ok(DirectConfig(128, 128, 8, 4, 4, 1), regs=64)
-    # shared memory: a smaller static limit than this config's 16.5 KB
-    assert cfg.smem_bytes() == 2 * 8 * (132 + 132) * 4
-    assert not resource_ok(cfg, hw=Hardware(smem_static_per_block=16 * 1024))
+    # shared memory: a ring of 4 slots of 8 x (132 + 132) floats (33 KB); a smaller static limit
+    assert cfg.stages == 4 and cfg.smem_bytes() == 4 * 8 * (132 + 132) * 4
+    assert DirectConfig(128, 128, 16, 8, 8, 1).stages == 2      # 16.5 KB slots: two fit 40 KB
+    assert not resource_ok(cfg, hw=Hardware(smem_static_per_block=32 * 1024))
     # spills reported by ptxas (min_blocks=2 caps 256 threads at 128 registers)
     assert not resource_ok(DirectConfig(128, 128, 16, 8, 8, 2))
     # min_blocks that the register file cannot hold
@@ -363,3 +364,26 @@ def test_no_cuda_at_import():
     code = ("import sys; import megawino.direct, megawino.direct_tune; "
             "assert 'cupy' not in sys.modules, 'cupy imported'")
     subprocess.run([__import__("sys").executable, "-c", code], check=True, cwd="/")
+
+
+def test_vector_x_rule_and_emulation():
+    """The 16-byte x copy (Params::vec_x) is used only for 1x1 / stride 1 / no padding NCHW
+    layers with OH*OW % 4 == 0 and an aligned x, and its emulation (tails in C and M)
+    matches the reference."""
+    from megawino.direct.kernel import vector_x
+    one = LayerSpec(N=3, C=13, K=9, H=6, W=6, R=1, S=1, stride=1, padding=0)
+    assert vector_x(one, 256)
+    assert not vector_x(one, 260)                                   # misaligned x
+    assert not vector_x(one.with_(layout="NHWC"), 256)
+    assert not vector_x(one.with_(H=5, W=5), 256)                   # 25 pixels per plane
+    assert not vector_x(one.with_(stride=2), 256)
+    assert not vector_x(one.with_(padding=1), 256)
+    assert not vector_x(one.with_(R=3, S=3), 256)
+    rng = np.random.default_rng(7)
+    for N, C, K, H, W, cfg in [(3, 13, 9, 6, 6, DirectConfig(32, 32, 8, 4, 4, 1)),
+                               (2, 37, 70, 4, 7, DirectConfig(64, 64, 16, 8, 8, 1))]:
+        x = rng.standard_normal((N, C, H, W))
+        w = rng.standard_normal((K, C, 1, 1))
+        assert vector_x(LayerSpec(N=N, C=C, K=K, H=H, W=W, R=1, S=1, stride=1, padding=0), 0)
+        y = emulate_direct(x, w, 1, 0, "NCHW", cfg)
+        assert rel_l2(y, direct_conv_nchw(x, w, 1, 0)) < 1e-12

@@ -27,6 +27,8 @@ PACK_ROWS = 16           # CRS is padded to a multiple of this (every BK divides
 PACK_COLS = 128          # K is padded to a multiple of this (every BN divides it)
 FLUSH_TERMS = 256        # reduction terms per partial sum when flushing (MW_DIRECT_FLUSH_TERMS)
 FLUSH_MIN_CRS = 1024     # flush only when C*R*S exceeds this
+MAX_STAGES = 4           # deepest cp.async ring (MW_DIRECT_STAGES)
+STAGE_SMEM_BUDGET = 40 * 1024   # static shared memory the ring may use (the static limit is 48 KB)
 
 
 def flush_terms(spec: LayerSpec) -> int:
@@ -72,9 +74,19 @@ class DirectConfig:
     def b_per(self) -> int:
         return -(-(self.BN * self.BK // 4) // self.threads)
 
+    @property
+    def stage_bytes(self) -> int:
+        """Shared memory of one ring slot: a BK x (BM + 4) slab of x and BK x (BN + 4) of wt."""
+        return self.BK * ((self.BM + 4) + (self.BN + 4)) * 4
+
+    @property
+    def stages(self) -> int:
+        """Depth of the cp.async ring: as many slots as fit STAGE_SMEM_BUDGET, 2 to MAX_STAGES."""
+        return max(2, min(MAX_STAGES, STAGE_SMEM_BUDGET // self.stage_bytes))
+
     def smem_bytes(self, nhwc: bool = False) -> int:
         """Static shared memory, as in ``Tile::SMEM_BYTES``."""
-        return 2 * self.BK * ((self.BM + 4) + (self.BN + 4)) * 4 + (self.BM * 16 if nhwc else 0)
+        return self.stages * self.stage_bytes + (self.BM * 16 if nhwc else 0)
 
     @property
     def key(self) -> str:
@@ -100,7 +112,7 @@ class DirectConfig:
         return (f"-DMW_DIRECT_FLUSH_TERMS={int(flush)}", f"-DMW_DIRECT_BM={self.BM}", f"-DMW_DIRECT_BN={self.BN}",
                 f"-DMW_DIRECT_BK={self.BK}", f"-DMW_DIRECT_TM={self.TM}",
                 f"-DMW_DIRECT_TN={self.TN}", f"-DMW_DIRECT_NHWC={int(bool(nhwc))}",
-                f"-DMW_DIRECT_MINBLOCKS={self.min_blocks}")
+                f"-DMW_DIRECT_MINBLOCKS={self.min_blocks}", f"-DMW_DIRECT_STAGES={self.stages}")
 
 
 GRID = {"BM": (32, 64, 128), "BN": (32, 64, 128), "BK": (8, 16), "TM": (4, 8), "TN": (4, 8),

@@ -2,14 +2,16 @@
 
 :func:`emulate_direct` runs the kernel's tile loop on the CPU in float64 with the
 same index math, predicates, shared-memory layout and epilogue; the tests run it
-against the float64 reference for random shapes and every config shape.
+against the float64 reference for random shapes and every config shape.  It fills
+the shared-memory tiles tile by tile (two buffers); the kernel's cp.async ring of
+``DirectConfig.stages`` slots holds the same tile contents, only earlier.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .config import BIG, DirectConfig, flush_terms, structural_ok
-from .kernel import _spec_from, build_table, pack_weights
+from .kernel import _spec_from, build_table, pack_weights, vector_x
 from .model import heuristic_config
 
 
@@ -52,6 +54,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
     writes = np.zeros(M * K, dtype=np.int64)
     tid = np.arange(T)
     tx, ty = tid % TX, tid // TX
+    vec_x = vector_x(spec, 0)     # a NumPy array counts as 16-byte aligned
 
     def pixel_info(m):
         m = np.asarray(m)
@@ -70,6 +73,9 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
             minfo = pixel_info(m0 + np.arange(BM))
         else:
             mine = pixel_info(m0 + tid % BM)
+            quad = tid % (BM // 4)
+            first = m0 + 4 * quad
+            x_quad = np.where(first < M, (first // P) * C * P + first % P, -1)
         for by in range(-(-K // BN)):
             k0n = by * BN
             As = np.full((2, BK, LDA), np.nan)
@@ -77,19 +83,34 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
             acc = np.zeros((T, TM, TN))
 
             def load_global(kt):
+                """The tile's copies: (krow, col, value) of x per thread and copy, and wt rows."""
                 kbase = kt * BK
-                a_reg = np.zeros((T, A_PER))
-                a_ok = np.zeros((T, A_PER), dtype=bool)
-                for i in range(A_PER):
+                a_writes = []
+                if vec_x:                     # Params::vec_x: 4 pixels of one x row per copy
+                    for i in range(-(-A_ELEMS // 4 // T)):
+                        e = tid + i * T
+                        ok = e < A_ELEMS // 4
+                        krow = e // (BM // 4)
+                        inside = ok & (x_quad >= 0) & (kbase + krow < C)
+                        for q in range(4):
+                            vals = np.zeros(T)
+                            addr = x_quad + (kbase + krow) * P + q
+                            if np.any(inside):
+                                assert addr[inside].max() < xf.size, "input read out of bounds"
+                            vals[inside] = xf[addr[inside]]
+                            a_writes.append((krow[ok], 4 * quad[ok] + q, vals[ok]))
+                for i in range(0 if vec_x else A_PER):
                     e = tid + i * T
                     ok = e < A_ELEMS
                     if nhwc:
                         krow = e % BK
                         mloc = np.minimum(e // BK, BM - 1)
                         base, iy0, ix0 = (arr[mloc] for arr in minfo)
+                        col = e // BK
                     else:
                         krow = e // BM
                         base, iy0, ix0 = mine
+                        col = e % BM
                     krow = np.where(ok, krow, 0)
                     t = table[kbase + krow]            # IndexError = out-of-bounds table read
                     iy = iy0 + t[:, 1]
@@ -101,8 +122,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
                         assert a.min() >= 0 and a.max() < xf.size, "input read out of bounds"
                     vals = np.zeros(T)
                     vals[inb] = xf[addr[inb]]
-                    a_reg[:, i] = vals
-                    a_ok[:, i] = ok
+                    a_writes.append((krow[ok], col[ok], vals[ok]))
                 b_reg = np.zeros((T, B_PER, 4))
                 b_ok = np.zeros((T, B_PER), dtype=bool)
                 for j in range(B_PER):
@@ -116,16 +136,12 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
                         assert np.all((k0n + col[ok]) % 4 == 0)
                         b_reg[ok, j, q] = wtf[addr]
                     b_ok[:, j] = ok
-                return a_reg, a_ok, b_reg, b_ok
+                return a_writes, b_reg, b_ok
 
             def store_shared(buf, regs):
-                a_reg, a_ok, b_reg, b_ok = regs
-                for i in range(A_PER):
-                    e = (tid + i * T)[a_ok[:, i]]
-                    if nhwc:
-                        As[buf, e % BK, e // BK] = a_reg[a_ok[:, i], i]
-                    else:
-                        As[buf, e // BM, e % BM] = a_reg[a_ok[:, i], i]
+                a_writes, b_reg, b_ok = regs
+                for krow, col, vals in a_writes:
+                    As[buf, krow, col] = vals
                 for j in range(B_PER):
                     e = (tid + j * T)[b_ok[:, j]]
                     row = e // (BN // 4)

@@ -196,6 +196,14 @@ def conv2d_direct(x, w, stride: int = 1, padding: int = 0, layout: str = "NCHW",
     return y
 
 
+def vector_x(spec: LayerSpec, x_ptr: int) -> bool:
+    """Whether the kernel may copy x rows 4 pixels at a time (``Params::vec_x``): a 1x1,
+    stride-1, unpadded NCHW layer whose planes hold a multiple of 4 pixels, x 16-byte aligned.
+    The shared-memory tiles are the same as with the per-element gather."""
+    return (spec.layout == "NCHW" and spec.R == 1 and spec.S == 1 and spec.stride == 1
+            and spec.padding == 0 and (spec.out_h * spec.out_w) % 4 == 0 and x_ptr % 16 == 0)
+
+
 def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
     M = spec.N * spec.out_h * spec.out_w
     crs = spec.C * spec.R * spec.S
@@ -203,7 +211,7 @@ def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
     grid = (-(-M // cfg.BM), -(-spec.K // cfg.BN), 1)
     args = (x, wt, table, y, i32(spec.C), i32(spec.H), i32(spec.W), i32(spec.K),
             i32(spec.out_h), i32(spec.out_w), i32(M), i32(spec.stride), i32(spec.padding),
-            i32(-(-crs // cfg.BK)), i32(wt.shape[1]))
+            i32(-(-crs // cfg.BK)), i32(wt.shape[1]), i32(vector_x(spec, int(x.data.ptr))))
     kern(grid, (cfg.threads, 1, 1), args)
 
 
