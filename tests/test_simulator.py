@@ -5,7 +5,9 @@ import time
 import numpy as np
 import pytest
 
-from megawino.simulator import CostModel, default_workers, simulate, task_work
+from megawino.simulator import (CostModel, default_workers, expected_overlap, simulate, sm_layout,
+                                sm_overlap, task_work)
+from megawino.timeline import Timeline
 from megawino.spec import LayerSpec
 from megawino.tasks import TaskParams, TaskType, build_graph
 
@@ -111,7 +113,7 @@ def test_one_worker_runs_back_to_back():
     graph = build_graph(MEDIUM)
     model = CostModel(handoff_us=0.7)
     tl = simulate(graph, np.arange(graph.num_tasks), 1, cost_model=model)
-    costs = model.task_costs(graph, workers=1)
+    costs = model.task_costs(graph)        # a slot's share of the machine, whatever the grid
     assert tl.makespan == pytest.approx(costs.sum() + graph.num_tasks * 0.7, rel=1e-12)
     assert np.allclose(tl.wait, 0.7)
 
@@ -203,3 +205,75 @@ def test_large_layer_is_fast():
     assert elapsed < 3.0, f"simulate took {elapsed:.2f} s"
     assert tl.tickets == graph.num_tasks and tl.makespan > 0
     assert np.all(np.diff(tl.fetch) >= 0)
+
+
+def test_sm_layout_puts_neighbouring_workers_on_one_sm():
+    assert sm_layout(264).tolist() == np.repeat(np.arange(132), 2).tolist()
+    assert len(set(sm_layout(97).tolist())) == 97                   # below one wave: one per SM
+    lay = sm_layout(169)                                            # densenet161.block4's grid
+    counts = np.bincount(lay, minlength=132)
+    assert len(counts) == 132 and (counts == 2).sum() == 37 and (counts == 1).sum() == 95
+    assert np.all(np.diff(lay) >= 0)                                # an SM's workers are consecutive
+    doubled = np.flatnonzero(counts == 2)
+    assert doubled[0] < 10 and doubled[-1] > 120                    # spread over the SMs
+
+
+def test_sm_overlap_measures_the_sibling_running():
+    # SM 0: [0, 10] and [5, 15] overlap by 5; SM 1: one task alone; SM -1: unknown -> 1
+    o = sm_overlap(sm=[0, 0, 1, -1], start=[0.0, 5.0, 0.0, 0.0], end=[10.0, 15.0, 10.0, 4.0])
+    assert np.allclose(o, [0.5, 0.5, 0.0, 1.0])
+
+
+def test_expected_overlap_pairs_launch_tickets_then_uses_utilisation():
+    sm_of = sm_layout(4, sms=2)                                     # workers (0, 1) and (2, 3)
+    worker = np.array([0, 1, 2, 3, 0])
+    start = np.array([0.0, 0.0, 0.0, 8.0, 10.0])
+    end = np.array([10.0, 5.0, 10.0, 9.0, 20.0])
+    o = expected_overlap(sm_of, worker, start, end)
+    assert o[1] == pytest.approx(1.0)           # launch sibling (ticket 0) runs all its time
+    # ticket 3 (its sibling's launch ticket) runs 1 of its 10 us; after that sibling's end
+    # (1 us) the sibling is busy like any other worker: (10 + 5 + 1) / (10 us * 3 others)
+    assert o[2] == pytest.approx((1.0 + 16.0 / 30.0 * 1.0) / 10.0)
+    assert o[4] == pytest.approx(0.0)           # after launch: nobody else runs in [10, 20]
+    assert np.all(expected_overlap(sm_layout(2, sms=2), [0, 1], [0.0, 0.0], [1.0, 1.0]) == 0)
+
+
+def test_solo_factor_speeds_up_tasks_alone_on_their_sm():
+    graph = build_graph(MEDIUM)
+    order = np.arange(graph.num_tasks)
+    plain = CostModel()
+    solo = CostModel(solo={int(t): 0.5 for t in TaskType})
+    one_per_sm = simulate(graph, order, 132, solo)                  # no sibling anywhere
+    assert one_per_sm.makespan < simulate(graph, order, 132, plain).makespan * 0.6
+    assert np.allclose(one_per_sm.durations, 0.5 * plain.task_costs(graph)[order])
+    # every MEDIUM task is a launch ticket, paired on an SM with its neighbour: all shared
+    assert simulate(graph, order, 264, solo).makespan == pytest.approx(
+        simulate(graph, order, 264, plain).makespan)
+    big = build_graph(LayerSpec(8, 64, 64, 56, 56))                # past launch: some alone
+    big_order = np.arange(big.num_tasks)
+    both = simulate(big, big_order, 264, solo)
+    shared = simulate(big, big_order, 264, plain)
+    assert both.durations.sum() < shared.durations.sum() and both.makespan < shared.makespan
+
+
+def _as_measured(tl):
+    sm = sm_layout(tl.num_workers)[tl.worker]          # the simulator's placement, as a trace has
+    return Timeline(task=tl.task, type=tl.type, worker=tl.worker, sm=sm, fetch=tl.fetch,
+                    start=tl.start, end=tl.end, source="measured", num_workers=tl.num_workers)
+
+
+def test_calibrate_fits_solo_factor_from_sm_ids_and_pools_traces():
+    graph = build_graph(LayerSpec(4, 64, 64, 28, 28))
+    order = np.arange(graph.num_tasks)
+    truth = CostModel(scale={int(TaskType.GEMM): 1.5}, solo={int(TaskType.GEMM): 0.6})
+    # the calibration reads SM sharing off the timeline's SM ids; make them exact here
+    tl = simulate(graph, order, 200, truth)
+    fitted = CostModel().calibrate(_as_measured(tl), graph)
+    assert fitted.scale[int(TaskType.GEMM)] == pytest.approx(1.5, rel=0.15)
+    assert fitted.solo[int(TaskType.GEMM)] == pytest.approx(0.6, abs=0.1)
+    two = CostModel().calibrate([_as_measured(tl), _as_measured(tl)], graph)
+    assert two.scale == pytest.approx(fitted.scale) and two.handoff_us == pytest.approx(fitted.handoff_us)
+    # without SM ids nothing can be said about sharing: solo stays 1
+    blind = Timeline(task=tl.task, type=tl.type, worker=tl.worker, sm=np.full(tl.tickets, -1),
+                     fetch=tl.fetch, start=tl.start, end=tl.end, num_workers=tl.num_workers)
+    assert all(v == 1.0 for v in CostModel().calibrate(blind, graph).solo.values())

@@ -63,6 +63,8 @@ def test_rank_by_simulation_orders_candidates():
     assert times == sorted(times) and times[0] > 0
     # every task-size option is among the candidates (the GEMM's efficiency per size is measured)
     assert {r["params"] for r in ranked} == {p for p, _ in tuning.candidate_space(spec, workers=16)}
+    # and M = 1 with the best task size is always measured (the output tail of few-group layers)
+    assert any(r["mapping"].m == 1 for r in ranked)
 
 
 def test_summary_of_a_table():

@@ -1,0 +1,136 @@
+"""Simulator vs measured makespan on recorded traces (CPU only): issue 5's simulator bar.
+
+For every layer with traces from ``bench/collect_traces.py`` (``DIR/index.json`` and one
+``.npz`` per layer and mapping choice) this calibrates the cost model on the heuristic
+choice's traces exactly as the tuner does (``megawino.tune.calibrate_on_traces``), then
+simulates the heuristic (in-sample), the tuned and the sequential mapping (out-of-sample:
+the same calibrated model, other mappings and task sizes) and compares each with the
+median makespan of that choice's traces.
+
+``python bench/sim_check.py [--data .mwdata/traces] [--layers a,b] [--calib-traces N]
+[--bar 0.15] [--json PATH]``
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+try:
+    import megawino  # noqa: F401
+except ImportError:       # run from a checkout without installing
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from megawino.simulator import simulate  # noqa: E402
+from megawino.spec import parse_shape  # noqa: E402
+from megawino.tasks import TaskParams, build_graph  # noqa: E402
+from megawino.tune import calibrate_on_traces  # noqa: E402
+
+CHOICES = ("heuristic", "tuned", "sequential")
+DEFAULT_DATA = Path(__file__).resolve().parent.parent / ".mwdata" / "traces"
+
+
+def load_choice(path: Path):
+    """(meta, graph, order, records) of one recorded .npz."""
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        order, records = np.asarray(z["order"]), np.asarray(z["records"])
+    spec = parse_shape(meta["shape"]).with_(name=meta["layer"])
+    graph = build_graph(spec, TaskParams(**meta["params"]))
+    return meta, graph, order, records
+
+
+def check_layer(data: Path, layer: str, calib_traces: int | None = None) -> dict:
+    """Calibrate on the heuristic traces; per choice the simulated and measured makespans."""
+    meta, graph, order, records = load_choice(data / f"{layer}.heuristic.npz")
+    use = records if calib_traces is None else records[:calib_traces]
+    model, _, _ = calibrate_on_traces(use, order, graph, meta["blocks_per_sm"], label=layer)
+    row = {"layer": layer, "tasks": int(graph.num_tasks), "grid": meta["grid"],
+           "model": {"scale": model.scale, "solo": model.solo, "handoff_us": model.handoff_us},
+           "choices": {}}
+    for choice in CHOICES:
+        path = data / f"{layer}.{choice}.npz"
+        if not path.is_file():
+            continue
+        m, g, o, recs = (meta, graph, order, records) if choice == "heuristic" else load_choice(path)
+        spans = [float((r[:, 3].max() - r[:, 1].min()) / 1e3) for r in recs]
+        measured = float(np.median(spans))
+        sim = simulate(g, o, m["grid"], model).makespan
+        row["choices"][choice] = {
+            "simulated_us": sim, "measured_us": measured, "trace_us": spans,
+            "untraced_us": m.get("untraced_median_us"), "error": (sim - measured) / measured,
+            "in_sample": choice == "heuristic", "params": m["params"], "mapping": m["mapping"]}
+    return row
+
+
+def summarise(rows: list[dict], bar: float) -> dict:
+    out = {}
+    for choice in CHOICES:
+        errs = np.array([abs(r["choices"][choice]["error"]) for r in rows if choice in r["choices"]])
+        if len(errs):
+            out[choice] = {"layers": int(len(errs)), "within_bar": int((errs <= bar).sum()),
+                           "median_abs_error": float(np.median(errs)),
+                           "p90_abs_error": float(np.percentile(errs, 90)),
+                           "max_abs_error": float(errs.max())}
+    return out
+
+
+def render(rows: list[dict], summary: dict, bar: float):
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+    table = Table(box=box.SIMPLE, title="simulated vs measured makespan (us; measured = median "
+                  "of traces; heuristic in-sample, others out-of-sample)")
+    table.add_column("layer")
+    for choice in CHOICES:
+        table.add_column(f"{choice[:5]} sim/meas", justify="right")
+        table.add_column("err", justify="right")
+    for r in rows:
+        cells = [r["layer"]]
+        for choice in CHOICES:
+            c = r["choices"].get(choice)
+            if c is None:
+                cells += ["-", "-"]
+                continue
+            style = "red" if abs(c["error"]) > bar else ""
+            cells += [f"{c['simulated_us']:.1f}/{c['measured_us']:.1f}",
+                      Text(f"{100 * c['error']:+.1f}%", style=style)]
+        table.add_row(*cells)
+    lines = [Text(f"{choice}: {s['within_bar']}/{s['layers']} within {bar:.0%}, |error| median "
+                  f"{s['median_abs_error']:.1%}, p90 {s['p90_abs_error']:.1%}, max {s['max_abs_error']:.1%}")
+             for choice, s in summary.items()]
+    return Group(table, *lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder written by collect_traces.py")
+    ap.add_argument("--layers", default=None, help="comma-separated layer names (default: all)")
+    ap.add_argument("--calib-traces", type=int, default=None,
+                    help="calibrate on the first N heuristic traces (default: all, as the tuner)")
+    ap.add_argument("--bar", type=float, default=0.15, help="relative error bar")
+    ap.add_argument("--json", default=None, help="write rows and summary to this path")
+    args = ap.parse_args(argv)
+    data = Path(args.data)
+    index = json.loads((data / "index.json").read_text())
+    layers = list(dict.fromkeys(e["layer"] for e in index))
+    if args.layers:
+        wanted = args.layers.split(",")
+        unknown = sorted(set(wanted) - set(layers))
+        if unknown:
+            raise ValueError(f"no traces for {unknown}; have {layers}")
+        layers = [name for name in layers if name in wanted]
+    rows = [check_layer(data, name, args.calib_traces) for name in layers]
+    summary = summarise(rows, args.bar)
+    from rich.console import Console
+    Console(width=140).print(render(rows, summary, args.bar))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bar": args.bar, "rows": rows, "summary": summary},
+                                              indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
