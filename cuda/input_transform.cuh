@@ -130,6 +130,133 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
   }
 }
 
+// Software-pipelined CPT 1 / CW 32 (the megakernel's lane map: a warp = one tile x 32 channels;
+// bench/NOTES.md experiment 16): a thread issues the 36 window loads of its NEXT item (item
+// w + blockDim.x: the same lane channel, 8 tiles on) into registers, then transforms and stores
+// the item in hand, so two independent windows are in flight per thread (the load side of the
+// non-fused CPT 2 gain, experiment 9) while only one item's transform is live.  The loop is
+// unrolled by two with the windows in two register arrays that swap roles (no 36 register moves
+// per item).  Loads: ld.global.nc through asm volatile, predicated exactly as load_window (zero
+// where masked), so NVVM keeps them in program order; what keeps ptxas from hoisting the
+// transform above the next item's loads is the branch in input_pipe_finish.  SASS (sm_90, 128
+// registers, 0 spill): per half 36 LDG of the next item, then 264 FFMA/FADD/FMUL + 36 ST.E of
+// the item in hand.  ptxas puts both windows' loads on one scoreboard, so the wait before a
+// transform also waits for the window issued just before it: in effect 72 loads outstanding at
+// each wait and one wait per two items (the non-fused CPT 2 load pattern), not a continuous
+// overlap.  Same items, arithmetic and stores as input_transform_task_v2<M, NHWC, 1, 32>, so
+// the same bits.  Selected by MW_MEGA_INPUT_PIPE (megakernel.cu).
+__device__ __forceinline__ float ldg_nc_or_zero(const float* ptr, unsigned pred) {
+  float v;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
+      "@p ld.global.nc.f32 %0, [%1];\n\t}"
+      : "=f"(v)
+      : "l"(ptr), "r"(pred));
+  return v;
+}
+
+// One item of the pipelined lane map: its V destination and whether it stores at all.
+struct PipeItem {
+  float* dst;
+  bool store;
+};
+
+// Decode item w (CPT 1, CW 32) and issue its window loads into d; zeros where masked (as
+// load_window: outside the image, padding tile, channel >= C, lane past c1, w past the end).
+template <int M, bool NHWC>
+__device__ __forceinline__ PipeItem input_pipe_issue(const Params& p, const float* x, float* V, int w,
+                                                     int items, int tpg, int c0, int c1, int t_base,
+                                                     float* d) {
+  constexpr int A = M + 2;
+  const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
+  const int li = w & 31;
+  const int rest = w >> 5;
+  const int cg = rest / tpg;
+  const int tl = rest - cg * tpg;
+  const int c = c0 + cg * 32 + li;
+  const int t = t_base + tl;     // tile ids fit int32 (tile_coord)
+  const bool t_ok = t < static_cast<int>(p.tiles);
+  const bool in = w < items && c < c1;
+  const TileCoord tc = tile_coord(p, t_ok ? t : 0);
+  const int r0 = tc.th * M - static_cast<int>(p.pad);
+  const int q0 = tc.tw * M - static_cast<int>(p.pad);
+  unsigned cm = 0;
+#pragma unroll
+  for (int j = 0; j < A; ++j) cm |= (static_cast<unsigned>(q0 + j) < static_cast<unsigned>(W) ? 1u : 0u) << j;
+  if (!(in && t_ok && c < C)) cm = 0;
+  const int cc = c < C ? c : 0;
+  const long long row_stride = NHWC ? static_cast<long long>(W) * C : W;
+  const long long col_stride = NHWC ? C : 1;
+  const float* base = NHWC
+      ? x + ((static_cast<long long>(tc.n) * H + r0) * W + q0) * C + cc
+      : x + ((static_cast<long long>(tc.n) * C + cc) * H + r0) * W + q0;
+#pragma unroll
+  for (int i = 0; i < A; ++i) {
+    const unsigned m = static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H) ? cm : 0u;
+    const float* row = base + i * row_stride;
+#pragma unroll
+    for (int j = 0; j < A; ++j) d[i * A + j] = ldg_nc_or_zero(row + j * col_stride, (m >> j) & 1u);
+  }
+  PipeItem it;
+  it.dst = V + static_cast<long long>(t) * static_cast<int>(p.c_stride) + c;
+  it.store = in;
+  return it;
+}
+
+// B^T d B of one window (the arithmetic of input_transform_task_v2) and its 36 V stores, all
+// inside the branch on it.store: the branch ends the basic block that holds the next item's
+// loads, and ptxas does not hoist the transform above them (with the transform outside the
+// branch it scheduled one of the two unrolled halves' transforms before the other window's
+// loads; SASS check in NOTES.md experiment 16).  Items that store nothing need no transform.
+template <int M>
+__device__ __forceinline__ void input_pipe_finish(const PipeItem& it, long long plane, const float* d) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  if (it.store) {
+    float tmp[AA];
+#pragma unroll
+    for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+    float v[AA];
+#pragma unroll
+    for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
+#pragma unroll
+    for (int q = 0; q < AA; ++q) it.dst[q * plane] = v[q];
+  }
+}
+
+template <int M, bool NHWC>
+__device__ __forceinline__ void input_transform_task_pipe(const Params& p, const float* x, int group,
+                                                          int index) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.input_channels_per_task);
+  const int c0 = index * per;
+  const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
+  const int ncg = (c1 - c0 + 31) / 32;
+  const int items = tpg * ncg * 32;
+  const int t_base = group * tpg;
+  const long long plane = p.tiles_padded * p.c_stride;
+  float* V = reinterpret_cast<float*>(p.V);
+  const int step = static_cast<int>(blockDim.x);
+
+  int w = threadIdx.x;
+  if (w >= items) return;
+  float da[AA], db[AA];
+  PipeItem ia = input_pipe_issue<M, NHWC>(p, x, V, w, items, tpg, c0, c1, t_base, da);
+  for (;;) {
+    // item w in da (loads in flight): issue w + step into db, then finish w.
+    const PipeItem ib = input_pipe_issue<M, NHWC>(p, x, V, w + step, items, tpg, c0, c1, t_base, db);
+    input_pipe_finish<M>(ia, plane, da);
+    w += step;
+    if (w >= items) break;
+    ia = input_pipe_issue<M, NHWC>(p, x, V, w + step, items, tpg, c0, c1, t_base, da);
+    input_pipe_finish<M>(ib, plane, db);
+    w += step;
+    if (w >= items) break;
+  }
+}
+
 template <int M, bool NHWC>
 __device__ __forceinline__ void input_transform_default(const Params& p, const float* x, int group, int index) {
   input_transform_task_v2<M, NHWC, MW_IN_CPT, MW_IN_CW>(p, x, group, index);
