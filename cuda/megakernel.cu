@@ -22,13 +22,6 @@
 #ifndef MW_MEGA_OUT_PARK
 #define MW_MEGA_OUT_PARK (MW_MEGA_MIN_BLOCKS >= 2 ? 1 : 0)
 #endif
-// MW_MEGA_INPUT_PIPE (default 0; bench/NOTES.md experiment 16): 1 = the input transform keeps
-// two windows in flight per thread under the 128-register cap (input_transform_task_pipe: the
-// megakernel's CPT 1 / CW 32 lane map, the next item's 36 loads issued before the item in hand
-// is transformed and stored).  0: input_transform_default (MW_IN_CPT / MW_IN_CW).
-#ifndef MW_MEGA_INPUT_PIPE
-#define MW_MEGA_INPUT_PIPE 0
-#endif
 #if MW_MEGA_MIN_BLOCKS >= 2
 #ifndef MW_IN_CPT
 #define MW_IN_CPT 1
@@ -65,11 +58,7 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     const int type = slot.rec[REC_TYPE], group = slot.rec[REC_GROUP], index = slot.rec[REC_INDEX];
     switch (type) {
       case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
-#if MW_MEGA_INPUT_PIPE
-      case TASK_INPUT: input_transform_task_pipe<MW_M, MW_NHWC != 0>(p, x, group, index); break;
-#else
       case TASK_INPUT: input_transform_default<MW_M, MW_NHWC != 0>(p, x, group, index); break;
-#endif
 #if MW_MEGA_OUT_PARK
       case TASK_OUTPUT:
         output_transform_task_cpt2s<MW_M, MW_NHWC != 0, 32, BLOCK_THREADS>(p, y, group, index,

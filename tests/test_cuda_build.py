@@ -14,10 +14,7 @@ NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
-VARIANTS = [("-DMW_M=4",), ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE"),
-            # opt-in pipelined megakernel input transform (bench/NOTES.md experiment 16)
-            ("-DMW_M=4", "-DMW_MEGA_INPUT_PIPE=1"),
-            ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE", "-DMW_MEGA_INPUT_PIPE=1")]
+VARIANTS = [("-DMW_M=4",), ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE")]
 NO_SPILL = ("mw_megakernel", "mw_gemm_kernel")
 
 
