@@ -174,6 +174,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
                 }
             }
         } else {
+            float* a_slot = &As[slot][0][0];
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int e = tid + i * THREADS;
@@ -184,16 +185,19 @@ __device__ __forceinline__ void conv_block(const Params& p) {
                         krow = e % BK;
                         col = e / BK;
                         pix = minfo[col];
-                    } else {
-                        krow = e / BM;
-                        col = e % BM;
+                    } else {   // THREADS % BM == 0: the thread's pixel is tid % BM for every i
+                        krow = i * (THREADS / BM) + tid / BM;
+                        col = tid % BM;
                         pix = my_pixel;
                     }
                     const int4 t = __ldg(&p.table[kbase + krow]);
                     const int iy = pix.y + t.y;
                     const int ix = pix.z + t.z;
                     const bool inside = (unsigned)iy < (unsigned)p.H && (unsigned)ix < (unsigned)p.W;
-                    copy4_async(&As[slot][krow][col], inside ? p.x + (pix.x + t.x) : p.x, inside);
+                    // Outside: offset 0 (a valid address; nothing is read with src-size 0).
+                    // Unsigned: a zero-extended 32-bit offset is one IMAD.WIDE.U32.
+                    const unsigned offset = inside ? static_cast<unsigned>(pix.x + t.x) : 0u;
+                    copy4_async(a_slot + krow * LDA + col, p.x + offset, inside);
                 }
             }
         }

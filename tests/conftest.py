@@ -19,3 +19,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def spilling_direct_config():
+    """A direct-kernel config whose NCHW build spills (from the ptxas table): the resource
+    filter must reject it."""
+    from megawino.direct import DirectConfig, _PTXAS_SM90
+    for key, (_, spills, _) in sorted(_PTXAS_SM90.items()):
+        if spills > 0 and key.endswith("nchw"):
+            return DirectConfig.from_key(key[:-len("nchw")])
+    raise AssertionError("no spilling NCHW config in the ptxas table")

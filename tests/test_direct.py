@@ -65,7 +65,7 @@ def test_structural_rules():
     assert structural_ok(DirectConfig(64, 32, 8, 8, 8), nhwc=True)
 
 
-def test_resource_filter_rejects_over_limits():
+def test_resource_filter_rejects_over_limits(spilling_direct_config):
     cfg = DirectConfig(128, 128, 8, 8, 8, 1)
     assert resource_ok(cfg)
     # threads: 256 x 256 tile of 4x4 is 4096 threads
@@ -78,8 +78,8 @@ def test_resource_filter_rejects_over_limits():
     assert cfg.stages == 4 and cfg.smem_bytes() == 4 * 8 * (132 + 132) * 4
     assert DirectConfig(128, 128, 16, 8, 8, 1).stages == 2      # 16.5 KB slots: two fit 40 KB
     assert not resource_ok(cfg, hw=Hardware(smem_static_per_block=32 * 1024))
-    # spills reported by ptxas (min_blocks=2 caps 256 threads at 128 registers)
-    assert not resource_ok(DirectConfig(128, 128, 16, 8, 8, 2))
+    # spills reported by ptxas (min_blocks=2 with 1024 threads caps registers at 32)
+    assert not resource_ok(spilling_direct_config)
     # min_blocks that the register file cannot hold
     assert not resource_ok(DirectConfig(128, 128, 8, 8, 8, 2), regs=160)
 
@@ -158,14 +158,14 @@ def test_model_memory_terms_scale():
     assert all(t[k] > 0 for k in ("compute_us", "smem_us", "dram_us", "l2_us"))
 
 
-def test_rank_sorted_and_top():
+def test_rank_sorted_and_top(spilling_direct_config):
     spec = _suite(64)[0]
     ranked = rank(spec, top=5)
     assert len(ranked) == 5
     times = [us for _, us in ranked]
     assert times == sorted(times)
     assert all(math.isfinite(us) for us in times)
-    assert predict_us(spec, DirectConfig(128, 128, 16, 8, 8, 2)) == math.inf   # spills
+    assert predict_us(spec, spilling_direct_config) == math.inf
 
 
 # ---------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_suite_heuristic_uses_8x8_tiles_at_batch_64():
         assert cfg.TM * cfg.TN >= 32, (spec.name, cfg)
 
 
-def test_mapping_file_overrides_model(tmp_path, monkeypatch):
+def test_mapping_file_overrides_model(tmp_path, monkeypatch, spilling_direct_config):
     spec = _suite(64)[1]
     chosen = DirectConfig(64, 64, 8, 4, 4, 1)
     assert heuristic_config(spec) != chosen
@@ -199,8 +199,8 @@ def test_mapping_file_overrides_model(tmp_path, monkeypatch):
     assert heuristic_config(spec.with_(layout="NHWC")) != chosen or True   # other key: model
     # an entry that fails the filter is ignored
     (tmp_path / "direct_h100.json").write_text(json.dumps(
-        {"entries": {direct.mapping_key(spec): {"config": "bm128bn128bk16tm8tn8mb2"}}}))
-    assert heuristic_config(spec) != DirectConfig(128, 128, 16, 8, 8, 2)
+        {"entries": {direct.mapping_key(spec): {"config": spilling_direct_config.key}}}))
+    assert heuristic_config(spec) != spilling_direct_config
 
 
 def test_gpu_slug():

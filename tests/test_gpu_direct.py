@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from megawino import direct
-from megawino.direct import DirectConfig, conv2d_direct, flush_terms, heuristic_config
+from megawino.direct import conv2d_direct, flush_terms, heuristic_config
 from megawino.networks import load_suite
 from megawino.spec import LayerSpec
 from megawino.winograd import direct_conv_nchw, rel_l2
@@ -138,12 +138,12 @@ def test_returns_new_array_and_is_deterministic():
     assert bool((a == c).all())
 
 
-def test_bad_config_rejected():
+def test_bad_config_rejected(spilling_direct_config):
     cp = _cupy()
     x = cp.zeros((1, 3, 8, 8), cp.float32)
     w = cp.zeros((4, 3, 3, 3), cp.float32)
     with pytest.raises(ValueError):
-        conv2d_direct(x, w, config=DirectConfig(128, 128, 16, 8, 8, 2))   # spills
+        conv2d_direct(x, w, config=spilling_direct_config)
     with pytest.raises(ValueError):
         conv2d_direct(x, w, config="bm128")
     with pytest.raises(ValueError):
