@@ -30,7 +30,7 @@ import heapq
 import numpy as np
 
 from .mapping import validate_mapping
-from .tasks import TASK_RECORD_FIELDS, TaskType
+from .tasks import LANE_CHANNELS, TASK_RECORD_FIELDS, TaskType
 from .timeline import Timeline
 
 _WAIT_A = TASK_RECORD_FIELDS.index("wait_a")
@@ -52,7 +52,8 @@ def task_work(graph) -> tuple[np.ndarray, np.ndarray]:
     from L2), writes alpha^2 floats of V.  GEMM: V[p][rows][:] @ U[p][:][kcols]:
     2*t*C*kw flops; reads t*C + C*kw floats, writes t*kw.  OUTPUT: per (tile, k)
     A^T M A: 2*(m*alpha^2 + m^2*alpha) flops; reads alpha^2, writes m*m floats.
-    Padded channels count as work (the kernels do them).
+    Padded channels count as work (the kernels do them), and so do idle lanes: transform
+    channel counts are rounded up to LANE_CHANNELS.
     """
     layout, p = graph.layout, graph.layout.params
     m, a, t = p.m, p.alpha, p.tiles_per_group
@@ -62,10 +63,13 @@ def task_work(graph) -> tuple[np.ndarray, np.ndarray]:
         return np.clip(np.minimum(total, lo + per) - lo, 0, None).astype(np.float64)
 
     pairs = width(idx * p.filter_pairs_per_task, p.filter_pairs_per_task, layout.c_stride * layout.k_stride)
-    chans = width(idx * p.input_channels_per_task, p.input_channels_per_task, layout.c_stride)
+    # Transform tasks: a warp covers LANE_CHANNELS channels, so time follows the channel
+    # count rounded up to that (a 16-channel task leaves half the lanes idle).
+    lanes = lambda n: np.ceil(n / LANE_CHANNELS) * LANE_CHANNELS  # noqa: E731
+    chans = lanes(width(idx * p.input_channels_per_task, p.input_channels_per_task, layout.c_stride))
     kb = idx % layout.k_blocks
     kw = width(kb * p.gemm_k_per_task, p.gemm_k_per_task, layout.k_stride)
-    kch = width(idx * p.output_k_per_task, p.output_k_per_task, layout.spec.K)
+    kch = lanes(width(idx * p.output_k_per_task, p.output_k_per_task, layout.spec.K))
     c = float(layout.c_stride)
     flops_by_type = [pairs * 2 * (a * 9 + a * a * 3), t * chans * 4 * a ** 3,
                      2.0 * t * c * kw, t * kch * 2 * (m * a * a + m * m * a)]

@@ -48,6 +48,10 @@ K_ALIGN = 4              # output channels of U and M are padded to a multiple o
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
 GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
+LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_IN_CW in
+                         # input_transform.cuh, the output lane map in megakernel.cu): a task with
+                         # fewer channels leaves lanes idle and is no faster
+DEFAULT_WORKERS = 264    # 132 SMs x 2 resident megakernel blocks on the H100
 
 
 def _round_up(value: int, align: int) -> int:
@@ -92,8 +96,11 @@ class TaskParams:
 def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     """Sensible task sizes for a layer (the tuner in bench/tune.py refines them).
 
-    Rule: GEMM tasks of about 128 tiles x min(K, 64) channels; transform tasks
-    of about 4096 (tile, channel) pairs so each of 256 threads has work.
+    Rule: GEMM tasks of about 128 tiles x min(K, 128) channels; transform tasks of about
+    4096 (tile, channel) pairs so each of 256 threads has work, split further (down to
+    LANE_CHANNELS channels, a warp's width) while there are fewer transform tasks than
+    resident workers: on small layers coarse transforms left most blocks idle
+    (densenet161.block3: 48 input tasks of 53 us for 264 workers; bench/NOTES.md 20).
     """
     spec.require_winograd()
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
@@ -102,14 +109,25 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     # megakernel 2-5% faster on the wide layers (bench/NOTES.md experiment 6).
     gemm_k = min(k_stride, GEMM_WIDE_K)
     # 128-row GEMM tasks (64-row tasks run the narrow tile at 20-23 TFLOP/s) as long
-    # as they still make about two waves of 2 x 132 resident blocks on the H100.
+    # as they still make about two waves of the resident blocks.
     gemm_tasks_128 = -(-tiles // 128) * (m + 2) ** 2 * -(-k_stride // gemm_k)
-    tiles_per_group = 128 if gemm_tasks_128 >= 2 * 2 * 132 else GEMM_BLOCK_ROWS
+    tiles_per_group = 128 if gemm_tasks_128 >= 2 * DEFAULT_WORKERS else GEMM_BLOCK_ROWS
+    groups = -(-tiles // tiles_per_group)
     per_task_pairs = 4096
-    input_channels = max(1, min(_round_up(spec.C, CHANNEL_ALIGN), per_task_pairs // tiles_per_group))
-    output_k = max(1, min(spec.K, per_task_pairs // tiles_per_group))
+    input_channels = transform_chunk(_round_up(spec.C, CHANNEL_ALIGN), per_task_pairs // tiles_per_group,
+                                     groups)
+    output_k = transform_chunk(spec.K, per_task_pairs // tiles_per_group, groups)
     return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
                       gemm_k_per_task=gemm_k, output_k_per_task=output_k)
+
+
+def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAULT_WORKERS) -> int:
+    """Channels per transform task: ``chunk`` (at most ``channels``), halved while the layer
+    would have fewer than ``workers`` such tasks, but never below LANE_CHANNELS."""
+    chunk = max(1, min(channels, chunk))
+    while chunk // 2 >= LANE_CHANNELS and groups * -(-channels // chunk) < workers:
+        chunk //= 2
+    return chunk
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,9 +26,9 @@ import re
 from .mapping import MappingParams
 from .resources import mapping_dir
 from .spec import LayerSpec
-from .tasks import GEMM_BLOCK_ROWS, K_ALIGN, Layout, TaskParams, default_params
+from .tasks import (CHANNEL_ALIGN, DEFAULT_WORKERS, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout,
+                    TaskParams, default_params, tiles_for, transform_chunk)
 
-DEFAULT_WORKERS = 264        # 132 SMs x 2 resident blocks on the H100
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
 
 
@@ -121,22 +121,29 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
     spec.require_winograd()
     base = default_params(spec, m)
     k_stride = -(-spec.K // K_ALIGN) * K_ALIGN
+    c_pad = -(-spec.C // CHANNEL_ALIGN) * CHANNEL_ALIGN
+    tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
     tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
                             base.tiles_per_group})
     gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128)})
+    per_task_pairs = 4096
     for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
-        per_task_pairs = 4096
-        params = dataclasses.replace(
-            base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
-            input_channels_per_task=max(1, min(spec.C, per_task_pairs // tiles_per_group)),
-            output_k_per_task=max(1, min(spec.K, per_task_pairs // tiles_per_group)))
-        groups = Layout(spec, params).num_groups
-        # Distances in fractions of a wave of resident blocks; M from no filter reuse to 8.
-        waves = (workers // 4, workers, 2 * workers)
-        for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):
-            if group_m > groups:
-                continue
-            yield params, MappingParams(dig, dgo, group_m)
+        groups = -(-tiles // tiles_per_group)
+        chunk = per_task_pairs // tiles_per_group
+        # Transform chunks: default_params' rule for this group size, and one warp's width
+        # (more, shorter transform tasks: what the small layers need).
+        chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
+                          transform_chunk(spec.K, chunk, groups, workers)),
+                         (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS))})
+        for input_channels, output_k in chunks:
+            params = dataclasses.replace(
+                base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
+                input_channels_per_task=input_channels, output_k_per_task=output_k)
+            # Distances in fractions of a wave of resident blocks; M from no filter reuse to 8.
+            waves = (workers // 4, workers, 2 * workers)
+            for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):
+                if group_m <= groups:
+                    yield params, MappingParams(dig, dgo, group_m)
 
 
 def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: MappingParams,

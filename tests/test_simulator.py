@@ -9,7 +9,7 @@ from megawino.simulator import (CostModel, default_workers, expected_overlap, si
                                 sm_overlap, task_work)
 from megawino.timeline import Timeline
 from megawino.spec import LayerSpec
-from megawino.tasks import TaskParams, TaskType, build_graph
+from megawino.tasks import LANE_CHANNELS, TaskParams, TaskType, build_graph
 
 SMALL = LayerSpec(2, 5, 3, 9, 7)
 MEDIUM = LayerSpec(1, 64, 64, 56, 56)
@@ -139,16 +139,18 @@ def test_task_work_matches_layout_slices():
         if kind == TaskType.FILTER:
             lo, hi = lay.filter_pair_range(idx)
             want = ((hi - lo) * 2 * (9 * a + 3 * a * a), (hi - lo) * 4 * (9 + a * a))
-        elif kind == TaskType.INPUT:
+        elif kind == TaskType.INPUT:   # channels in whole warps (LANE_CHANNELS): idle lanes cost
             lo, hi = lay.input_channel_range(idx)
-            want = (t * (hi - lo) * 4 * a ** 3, t * (hi - lo) * 4 * (m * m + a * a))
+            n = -(-(hi - lo) // LANE_CHANNELS) * LANE_CHANNELS
+            want = (t * n * 4 * a ** 3, t * n * 4 * (m * m + a * a))
         elif kind == TaskType.GEMM:
             lo, hi = lay.gemm_k_range(lay.gemm_position_kblock(idx)[1])
             kw = hi - lo
             want = (2 * t * c * kw, 4 * (t * c + c * kw + t * kw))
         else:
             lo, hi = lay.output_k_range(idx)
-            want = (t * (hi - lo) * 2 * (m * a * a + m * m * a), t * (hi - lo) * 4 * (a * a + m * m))
+            n = -(-(hi - lo) // LANE_CHANNELS) * LANE_CHANNELS
+            want = (t * n * 2 * (m * a * a + m * m * a), t * n * 4 * (a * a + m * m))
         assert (flops[task], nbytes[task]) == want, graph.describe_task(task)
     gemm = graph.types == TaskType.GEMM
     assert flops[gemm].sum() == 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride

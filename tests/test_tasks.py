@@ -97,3 +97,28 @@ def test_generated_header_is_current():
     text = codegen.header_text()
     for t in TaskType:
         assert f"TASK_{t.name} = {int(t)}" in text
+
+
+def test_transform_chunk_splits_small_layers_to_warp_width():
+    from megawino.tasks import DEFAULT_WORKERS, LANE_CHANNELS, transform_chunk
+    # densenet161.block3 at batch 64: 16 groups of 64 tiles, C = 192: 64-channel chunks give
+    # 48 input tasks for 264 workers, so the rule halves them to one warp's width
+    assert transform_chunk(192, 64, 16) == LANE_CHANNELS
+    assert transform_chunk(48, 64, 16) == 48            # halving would go under a warp
+    assert transform_chunk(16, 64, 16) == 16            # fewer channels than a chunk
+    assert transform_chunk(256, 64, 2000) == 64         # enough tasks already: unchanged
+    assert transform_chunk(512, 256, 1, workers=DEFAULT_WORKERS) == LANE_CHANNELS
+    spec = LayerSpec(64, 192, 48, 14, 14)
+    p = default_params(spec)
+    assert p.input_channels_per_task == LANE_CHANNELS and p.output_k_per_task == 48
+
+
+def test_lane_channels_matches_the_cuda_lane_maps():
+    """LANE_CHANNELS is the channel width of a transform warp in the CUDA sources."""
+    import re
+    from megawino.resources import cuda_dir
+    from megawino.tasks import LANE_CHANNELS
+    src = (cuda_dir() / "input_transform.cuh").read_text()
+    assert int(re.search(r"#define MW_IN_CW (\d+)", src).group(1)) == LANE_CHANNELS
+    mega = (cuda_dir() / "megakernel.cu").read_text()
+    assert re.search(rf"output_transform_task_cpt2s<MW_M, MW_NHWC != 0, {LANE_CHANNELS},", mega)
