@@ -130,6 +130,129 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
   }
 }
 
+// Megakernel NCHW input with a narrower load lane map (opt-in MW_MEGA_INPUT_LANES,
+// bench/NOTES.md experiment 18).  A warp item is 2 consecutive tiles t0, t0 + 1 (horizontally
+// adjacent unless the pair wraps a tile row) x 32 channels cw..cw+31, done in two passes of one
+// channel per thread (the CPT 1 register cost): lane l = (tile t0 + s, s = l >> 4; k = l & 15)
+// takes channel cw + k in pass A and cw + 16 + k in pass B.  Each window load instruction of a
+// warp then reads 16 channel planes at two column offsets M floats apart (about 16-18 distinct
+// 128-byte lines instead of 32), like the non-fused CPT 2 kernel's loads.
+// Pass A's 36 results go to a per-warp shared buffer buf[q][lane] (AA x 32 floats: 8 warps x
+// 4.6 KB for m = 4, inside the GEMM's shared memory), pass B's stay in registers.  Per position q
+// the lane reads its xor-16 partner's pass-A value a = buf[q][l ^ 16] (the other tile, channel
+// cw + k) and stores two whole 128-byte lines (as the default CPT 1 / CW 32 map does):
+//   line (q, t0): lane l writes channel cw + (l ^ 16): lo lanes their own pass-B value, hi lanes a;
+//   line (q, t1): lane l writes channel cw + l:        lo lanes a, hi lanes their own pass-B value.
+// No shuffles; per q one LDS, two FSEL, two STG.  The V stores are st.global (st_global), so
+// ptxas knows they cannot alias the shared buffer and issues the LDS ahead of them (with generic
+// stores it keeps each LDS behind the previous store, bench/NOTES.md experiment 9).  Pass B sits
+// behind a warp-uniform branch (skipped when none of its channels is stored), which keeps ptxas
+// from hoisting its 36 loads into pass A's transform (SASS: each pass issues its 36 loads, then
+// transforms; without the branch the two windows share load scoreboards and the peak is 123 live
+// registers instead of 121).  Whole 32-channel items store unpredicated; a partial item (c1 - cw
+// < 32, not in the suite's default mappings) takes the predicated copy.  Same load_window /
+// Wino<M>::bt calls per (tile, channel) as input_transform_task_v2: same bits.  The loop is
+// warp-uniform (whole warp per item; lanes past c1 compute zeros that are never stored); NT
+// threads per block; tiles_per_group is even (a multiple of 64).
+__device__ __forceinline__ void st_global(float* ptr, float v) {
+  asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
+}
+
+template <int M, int NT>
+__device__ __forceinline__ void input_transform_task_lanes(const Params& p, const float* x, int group,
+                                                           int index, float* sbuf) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.input_channels_per_task);
+  const int c0 = index * per;
+  const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
+  const int ncg = (c1 - c0 + 31) >> 5;
+  const int npair = tpg >> 1;
+  const int items = npair * ncg;                          // warp items
+  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
+  const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
+  const int pad = static_cast<int>(p.pad);
+  const int cs = static_cast<int>(p.c_stride);
+  float* V = reinterpret_cast<float*>(p.V);
+  const int lane = threadIdx.x & 31;
+  const int s = lane >> 4, k = lane & 15;
+  const bool hi = s != 0;
+  float* buf = sbuf + (threadIdx.x >> 5) * (AA * 32);
+
+  for (int wi = threadIdx.x >> 5; wi < items; wi += NT / 32) {
+    const int cg = wi / npair;
+    const int tp = wi - cg * npair;
+    const int cw = c0 + cg * 32;                           // first channel of the warp item
+    const long long t0 = t_base + 2 * tp;                  // first tile of the pair
+    const long long t = t0 + s;                            // this lane's tile
+    const bool t_ok = t < p.tiles;
+    const TileCoord tc = tile_coord(p, t_ok ? t : 0);
+    const int r0 = tc.th * M - pad;
+    const int q0 = tc.tw * M - pad;
+    {   // pass A: channel cw + k, parked in the warp's buffer
+      const int c = cw + k;
+      float d[AA];
+      load_window<A, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, d);
+      float tmp[AA];
+#pragma unroll
+      for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+      float va[AA];
+#pragma unroll
+      for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, va + i * A);  // rows
+#pragma unroll
+      for (int q = 0; q < AA; ++q) buf[q * 32 + lane] = va[q];
+    }
+    float v[AA];
+    if (cw + 16 < c1) {   // pass B: channel cw + 16 + k, kept in registers
+      const int c = cw + 16 + k;
+      float d[AA];
+      load_window<A, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, d);
+      float tmp[AA];
+#pragma unroll
+      for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+#pragma unroll
+      for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
+    } else {              // no channel of pass B is stored
+#pragma unroll
+      for (int q = 0; q < AA; ++q) v[q] = 0.0f;
+    }
+    __syncwarp();
+    float* dst0 = V + t0 * cs + cw + (lane ^ 16);          // line (q, t0)
+    float* dst1 = V + (t0 + 1) * cs + cw + lane;           // line (q, t0 + 1)
+    if (cw + 32 <= c1) {
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        const float a = buf[q * 32 + (lane ^ 16)];
+        st_global(dst0 + q * plane, hi ? a : v[q]);
+        st_global(dst1 + q * plane, hi ? v[q] : a);
+      }
+    } else {
+      const bool ok0 = cw + (lane ^ 16) < c1, ok1 = cw + lane < c1;
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        const float a = buf[q * 32 + (lane ^ 16)];
+        if (ok0) st_global(dst0 + q * plane, hi ? a : v[q]);
+        if (ok1) st_global(dst1 + q * plane, hi ? v[q] : a);
+      }
+    }
+    __syncwarp();
+  }
+}
+
+// The megakernel's input task with MW_MEGA_INPUT_LANES: the lane map above for NCHW; NHWC keeps
+// input_transform_default (its CW 32 loads already read whole lines).
+template <int M, bool NHWC, int NT>
+__device__ __forceinline__ void input_transform_mega_lanes(const Params& p, const float* x, int group, int index,
+                                                           float* sbuf) {
+  if constexpr (NHWC) {
+    input_transform_task_v2<M, true, MW_IN_CPT, MW_IN_CW>(p, x, group, index);
+  } else {
+    input_transform_task_lanes<M, NT>(p, x, group, index, sbuf);
+  }
+}
+
 template <int M, bool NHWC>
 __device__ __forceinline__ void input_transform_default(const Params& p, const float* x, int group, int index) {
   input_transform_task_v2<M, NHWC, MW_IN_CPT, MW_IN_CW>(p, x, group, index);

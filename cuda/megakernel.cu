@@ -22,6 +22,13 @@
 #ifndef MW_MEGA_OUT_PARK
 #define MW_MEGA_OUT_PARK (MW_MEGA_MIN_BLOCKS >= 2 ? 1 : 0)
 #endif
+// MW_MEGA_INPUT_LANES (default 1; bench/NOTES.md experiment 18): 1 = NCHW input loads with a warp
+// = 2 adjacent tiles x 16 channels (about half the 128-byte lines per warp load instruction),
+// two passes per 32 channels, pass A parked in a per-warp shared transpose buffer, V stored as
+// whole lines (input_transform_task_lanes).  NHWC unchanged.  0: input_transform_default.
+#ifndef MW_MEGA_INPUT_LANES
+#define MW_MEGA_INPUT_LANES 1
+#endif
 #if MW_MEGA_MIN_BLOCKS >= 2
 #ifndef MW_IN_CPT
 #define MW_IN_CPT 1
@@ -58,7 +65,14 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     const int type = slot.rec[REC_TYPE], group = slot.rec[REC_GROUP], index = slot.rec[REC_INDEX];
     switch (type) {
       case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
+#if MW_MEGA_INPUT_LANES
+      case TASK_INPUT:
+        input_transform_mega_lanes<MW_M, MW_NHWC != 0, BLOCK_THREADS>(p, x, group, index,
+                                                                      reinterpret_cast<float*>(&smem));
+        break;
+#else
       case TASK_INPUT: input_transform_default<MW_M, MW_NHWC != 0>(p, x, group, index); break;
+#endif
 #if MW_MEGA_OUT_PARK
       case TASK_OUTPUT:
         output_transform_task_cpt2s<MW_M, MW_NHWC != 0, 32, BLOCK_THREADS>(p, y, group, index,

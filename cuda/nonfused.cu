@@ -23,10 +23,21 @@ mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int firs
   mw::filter_transform_task<MW_M>(*params, w, rec[mw::REC_INDEX]);
 }
 
+// MW_NONFUSED_INPUT_LANES (default 0): 1 = the megakernel's NCHW input lane map
+// (input_transform_mega_lanes, bench/NOTES.md 18) instead of the CPT 2 map, for A/B.
+#ifndef MW_NONFUSED_INPUT_LANES
+#define MW_NONFUSED_INPUT_LANES 0
+#endif
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first_task) {
   const int* rec = mw::task_record(*params, first_task);
+#if MW_NONFUSED_INPUT_LANES
+  __shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS];
+  mw::input_transform_mega_lanes<MW_M, MW_NHWC != 0, mw::BLOCK_THREADS>(*params, x, rec[mw::REC_GROUP],
+                                                                       rec[mw::REC_INDEX], sbuf);
+#else
   mw::input_transform_default<MW_M, MW_NHWC != 0>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
+#endif
 }
 
 #ifndef MW_GEMM_MIN_BLOCKS
