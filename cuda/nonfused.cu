@@ -23,10 +23,11 @@ mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int firs
   mw::filter_transform_task<MW_M>(*params, w, rec[mw::REC_INDEX]);
 }
 
-// MW_NONFUSED_INPUT_LANES (default 0): 1 = the megakernel's NCHW input lane map
-// (input_transform_mega_lanes, bench/NOTES.md 18) instead of the CPT 2 map, for A/B.
+// MW_NONFUSED_INPUT_LANES (default 1): the megakernel's NCHW input lane map
+// (input_transform_mega_lanes, bench/NOTES.md 18); 0: the CPT 2 map.  On the H100 the lane
+// map was faster on 4 of 6 input-heavy layers (-2..-7%), slower on densenet161.block1 (+10%).
 #ifndef MW_NONFUSED_INPUT_LANES
-#define MW_NONFUSED_INPUT_LANES 0
+#define MW_NONFUSED_INPUT_LANES 1
 #endif
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first_task) {
