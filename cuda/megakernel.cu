@@ -29,14 +29,6 @@
 #ifndef MW_MEGA_INPUT_LANES
 #define MW_MEGA_INPUT_LANES 1
 #endif
-// MW_MEGA_OUTPUT_LANES (default 0, opt-in; bench/NOTES.md experiment 21): 1 = NCHW output with
-// y stores of 8 channels x 4 adjacent tiles per warp instruction (about half the 128-byte lines
-// of the park map's stores), float2 M loads of whole lines as the park map, two of the 4 tiles
-// parked in a per-warp shared buffer (output_transform_task_lanes).  NHWC unchanged.
-// 0: MW_MEGA_OUT_PARK.
-#ifndef MW_MEGA_OUTPUT_LANES
-#define MW_MEGA_OUTPUT_LANES 0
-#endif
 #if MW_MEGA_MIN_BLOCKS >= 2
 #ifndef MW_IN_CPT
 #define MW_IN_CPT 1
@@ -58,11 +50,6 @@
 
 static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS,
               "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
-
-#if MW_MEGA_OUTPUT_LANES
-static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * mw::OutLanes<MW_M>::WARP * (mw::BLOCK_THREADS / 32),
-              "the output lane map parks two tiles per warp in the GEMM's shared memory");
-#endif
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, MW_MEGA_MIN_BLOCKS)
 mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y) {
@@ -86,12 +73,7 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
 #else
       case TASK_INPUT: input_transform_default<MW_M, MW_NHWC != 0>(p, x, group, index); break;
 #endif
-#if MW_MEGA_OUTPUT_LANES
-      case TASK_OUTPUT:
-        output_transform_mega_lanes<MW_M, MW_NHWC != 0, BLOCK_THREADS>(p, y, group, index,
-                                                                       reinterpret_cast<float*>(&smem));
-        break;
-#elif MW_MEGA_OUT_PARK
+#if MW_MEGA_OUT_PARK
       case TASK_OUTPUT:
         output_transform_task_cpt2s<MW_M, MW_NHWC != 0, 32, BLOCK_THREADS>(p, y, group, index,
                                                                            reinterpret_cast<float*>(&smem));

@@ -15,10 +15,7 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
 VARIANTS = [("-DMW_M=4",), ("-DMW_M=2",), ("-DMW_M=4", "-DMW_TRACE"),   # NCHW: the lanes input map
-            ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE"),
-            # opt-in NCHW output store lane map (bench/NOTES.md experiment 21)
-            ("-DMW_M=4", "-DMW_MEGA_OUTPUT_LANES=1"), ("-DMW_M=2", "-DMW_MEGA_OUTPUT_LANES=1"),
-            ("-DMW_M=4", "-DMW_TRACE", "-DMW_MEGA_OUTPUT_LANES=1")]
+            ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE")]
 NO_SPILL = ("mw_megakernel", "mw_gemm_kernel")
 
 
