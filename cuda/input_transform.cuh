@@ -61,6 +61,21 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
   }
 }
 
+// v = B^T d B of channel c's window at (r0, q0) (zeros where !valid): the one input transform
+// of every lane map.
+template <int M, bool NHWC>
+__device__ __forceinline__ void transform_window(const float* x, const TileCoord& tc, int c, int r0, int q0,
+                                                 int C, int H, int W, bool valid, float* v) {
+  constexpr int A = M + 2;
+  float d[A * A];
+  load_window<A, NHWC>(x, tc, c, r0, q0, C, H, W, valid, d);
+  float tmp[A * A];
+#pragma unroll
+  for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+#pragma unroll
+  for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
+}
+
 template <int M, bool NHWC, int CPT, int CW>
 __device__ __forceinline__ void input_transform_task_v2(const Params& p, const float* x, int group,
                                                         int index) {
@@ -98,13 +113,7 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
 #pragma unroll
     for (int ci = 0; ci < CPT; ++ci) {
       const int c = cb + ci;
-      float d[AA];
-      load_window<A, NHWC>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, d);
-      float tmp[AA];
-#pragma unroll
-      for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
-#pragma unroll
-      for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v[ci] + i * A);  // rows
+      transform_window<M, NHWC>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v[ci]);
     }
     float* dst = V + t * cs + cb;
     if (vec) {
@@ -193,27 +202,15 @@ __device__ __forceinline__ void input_transform_task_lanes(const Params& p, cons
     const int q0 = tc.tw * M - pad;
     {   // pass A: channel cw + k, parked in the warp's buffer
       const int c = cw + k;
-      float d[AA];
-      load_window<A, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, d);
-      float tmp[AA];
-#pragma unroll
-      for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
       float va[AA];
-#pragma unroll
-      for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, va + i * A);  // rows
+      transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, va);
 #pragma unroll
       for (int q = 0; q < AA; ++q) buf[q * 32 + lane] = va[q];
     }
     float v[AA];
     if (cw + 16 < c1) {   // pass B: channel cw + 16 + k, kept in registers
       const int c = cw + 16 + k;
-      float d[AA];
-      load_window<A, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, d);
-      float tmp[AA];
-#pragma unroll
-      for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
-#pragma unroll
-      for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
+      transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v);
     } else {              // no channel of pass B is stored
 #pragma unroll
       for (int q = 0; q < AA; ++q) v[q] = 0.0f;

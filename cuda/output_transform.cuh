@@ -59,6 +59,28 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
   }
 }
 
+// What an output task covers: tiles of its group, channels [k0, k1) in nkg groups of CW, and
+// items = tpg * nkg * LPT lane slots (LPT lanes per tile); M's stride between positions.
+struct OutputItems {
+  int tpg, K, k0, k1, nkg, items, ks;
+  long long t_base, plane;
+};
+template <int CW, int LPT>
+__device__ __forceinline__ OutputItems output_items(const Params& p, int group, int index) {
+  OutputItems o;
+  o.tpg = static_cast<int>(p.tiles_per_group);
+  const int per = static_cast<int>(p.output_k_per_task);
+  o.K = static_cast<int>(p.K);
+  o.k0 = index * per;
+  o.k1 = min(o.K, o.k0 + per);
+  o.nkg = (o.k1 - o.k0 + CW - 1) / CW;
+  o.items = o.tpg * o.nkg * LPT;
+  o.ks = static_cast<int>(p.k_stride);
+  o.t_base = static_cast<long long>(group) * o.tpg;
+  o.plane = p.tiles_padded * p.k_stride;
+  return o;
+}
+
 template <int M, bool NHWC, int CPT, int CW>
 __device__ __forceinline__ void output_transform_task_v2(const Params& p, float* y, int group,
                                                          int index) {
@@ -66,16 +88,7 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
   constexpr int AA = A * A;
   constexpr int LPT = CW / CPT;
   static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int per = static_cast<int>(p.output_k_per_task);
-  const int K = static_cast<int>(p.K);
-  const int k0 = index * per;
-  const int k1 = min(K, k0 + per);
-  const int nkg = (k1 - k0 + CW - 1) / CW;
-  const int items = tpg * nkg * LPT;
-  const long long t_base = static_cast<long long>(group) * tpg;
-  const long long plane = p.tiles_padded * p.k_stride;
-  const int ks = static_cast<int>(p.k_stride);
+  const auto [tpg, K, k0, k1, nkg, items, ks, t_base, plane] = output_items<CW, LPT>(p, group, index);
   const bool vec = CPT > 1 && (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
   const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
 
@@ -148,16 +161,7 @@ __device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, flo
   constexpr int CPT = 2;
   constexpr int LPT = CW / CPT;
   static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const int tpg = static_cast<int>(p.tiles_per_group);
-  const int per = static_cast<int>(p.output_k_per_task);
-  const int K = static_cast<int>(p.K);
-  const int k0 = index * per;
-  const int k1 = min(K, k0 + per);
-  const int nkg = (k1 - k0 + CW - 1) / CW;
-  const int items = tpg * nkg * LPT;
-  const long long t_base = static_cast<long long>(group) * tpg;
-  const long long plane = p.tiles_padded * p.k_stride;
-  const int ks = static_cast<int>(p.k_stride);
+  const auto [tpg, K, k0, k1, nkg, items, ks, t_base, plane] = output_items<CW, LPT>(p, group, index);
   const bool vec = (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
   const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
   const unsigned sa = smem_addr(sbuf) + threadIdx.x * 4u;
