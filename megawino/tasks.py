@@ -122,9 +122,10 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
 
 
 def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAULT_WORKERS) -> int:
-    """Channels per transform task: ``chunk`` (at most ``channels``), halved while the layer
-    would have fewer than ``workers`` such tasks, but never below LANE_CHANNELS."""
-    chunk = max(1, min(channels, chunk))
+    """Channels per transform task: ``chunk``, at least one warp's LANE_CHANNELS and at most
+    ``channels``, halved while the layer would have fewer than ``workers`` such tasks (never
+    below LANE_CHANNELS: a narrower task leaves lanes idle and is no faster)."""
+    chunk = min(channels, max(chunk, LANE_CHANNELS))
     while chunk // 2 >= LANE_CHANNELS and groups * -(-channels // chunk) < workers:
         chunk //= 2
     return chunk

@@ -108,6 +108,7 @@ def test_transform_chunk_splits_small_layers_to_warp_width():
     assert transform_chunk(16, 64, 16) == 16            # fewer channels than a chunk
     assert transform_chunk(256, 64, 2000) == 64         # enough tasks already: unchanged
     assert transform_chunk(512, 256, 1, workers=DEFAULT_WORKERS) == LANE_CHANNELS
+    assert transform_chunk(512, 16, 5000) == LANE_CHANNELS        # 256-tile groups: a whole warp
     spec = LayerSpec(64, 192, 48, 14, 14)
     p = default_params(spec)
     assert p.input_channels_per_task == LANE_CHANNELS and p.output_k_per_task == 48
