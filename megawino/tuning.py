@@ -125,7 +125,9 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
     tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
                             base.tiles_per_group})
-    gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128)})
+    # Up to 256 output channels per GEMM task: wider tasks re-read each V row block fewer
+    # times (128 beat 64 in the megakernel, bench/NOTES.md experiment 6).
+    gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128, 256)})
     per_task_pairs = 4096
     for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
         groups = -(-tiles // tiles_per_group)
