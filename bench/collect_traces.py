@@ -23,9 +23,9 @@ except ImportError:       # run from a checkout without installing
 import numpy as np  # noqa: E402
 
 from megawino import tuning  # noqa: E402
-from megawino.networks import load_suite  # noqa: E402
+from megawino.networks import load_suite, select_layers  # noqa: E402
 from megawino.tasks import default_params  # noqa: E402
-from megawino.timing import device_rotation_sets, time_cuda_stats  # noqa: E402
+from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 
 def choices(spec):
@@ -53,20 +53,15 @@ def main(argv=None) -> int:
         raise ValueError("--traces and --reps must be >= 1")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = load_suite(suite="winograd", batch=args.batch)
-    if args.layers:
-        wanted = set(args.layers.split(","))
-        specs = [s for s in specs if s.name in wanted]
+    specs = select_layers(load_suite(suite="winograd", batch=args.batch), args.layers)
     rng = np.random.default_rng(0)
     index = []
     for spec in specs:
-        sets = device_rotation_sets(4 * int(np.prod(spec.input_shape)), budget_bytes=1 << 30)
-        xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
-        w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
+        xs, w = rotated_inputs(spec, rng, budget_bytes=1 << 30)
         out = cupy.empty(spec.output_shape, dtype=cupy.float32)
         for name, params, mapping in choices(spec):
             plain = runtime.plan(spec, params=params, mapping=mapping)
-            untraced = time_cuda_stats(lambda x: plain(x, w, out=out, check=False), xs,
+            untraced = time_cuda_stats(lambda x, plan=plain: plan(x, w, out=out, check=False), xs,
                                        reps=args.reps, check=plain.check)
             traced = runtime.plan(spec, params=params, mapping=mapping, trace=True)
             records = []

@@ -15,8 +15,8 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.networks import load_suite  # noqa: E402
-from megawino.timing import device_rotation_sets, time_cuda_stats  # noqa: E402
+from megawino.networks import load_suite, select_layers  # noqa: E402
+from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -28,17 +28,11 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    specs = load_suite(suite="winograd", batch=args.batch)
-    if args.layers:
-        wanted = set(args.layers.split(","))
-        specs = [s for s in specs if s.name in wanted]
+    specs = select_layers(load_suite(suite="winograd", batch=args.batch), args.layers)
     rng = np.random.default_rng(0)
     rows = []
     for spec in specs:
-        nbytes = 4 * int(np.prod(spec.input_shape))
-        sets = device_rotation_sets(nbytes, budget_bytes=1 << 30)
-        xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
-        w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
+        xs, w = rotated_inputs(spec, rng, budget_bytes=1 << 30)
         out = cupy.empty(spec.output_shape, dtype=cupy.float32)
         times = {}
         for traced in (False, True):

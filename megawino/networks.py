@@ -368,6 +368,18 @@ def suite_path(path: str | os.PathLike | None = None) -> Path:
         + ". Pass path= or set MEGAWINO_SUITE to a layers.json")
 
 
+def select_layers(specs: list[LayerSpec], names: str | None) -> list[LayerSpec]:
+    """The specs named in the comma-separated ``names`` (all when None or empty), in suite
+    order; ValueError naming any unknown layer."""
+    if not names:
+        return list(specs)
+    wanted = [n for n in names.split(",") if n]
+    unknown = sorted(set(wanted) - {s.name for s in specs})
+    if unknown:
+        raise ValueError(f"unknown layer(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
+    return [s for s in specs if s.name in set(wanted)]
+
+
 def load_suite(path: str | os.PathLike | None = None, suite: str = "winograd",
                batch: int | None = None, layout: str = "NCHW") -> list[LayerSpec]:
     """Layer specs of one suite of a layers.json (keys N, C, K, H, W, R, S, stride,

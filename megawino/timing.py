@@ -32,6 +32,17 @@ def device_rotation_sets(bytes_per_set: int, budget_bytes: int = 2 << 30) -> int
     return rotation_sets(bytes_per_set, l2_bytes(), budget_bytes=min(budget_bytes, free // 8))
 
 
+def rotated_inputs(spec, rng, budget_bytes: int = 2 << 30):
+    """(xs, w) on the GPU: :func:`device_rotation_sets` standard-normal float32 inputs of
+    ``spec`` (so the L2 cannot serve repeats) and one filter, drawn from ``rng`` in that order."""
+    import cupy
+    import numpy as np
+    sets = device_rotation_sets(4 * int(np.prod(spec.input_shape)), budget_bytes=budget_bytes)
+    xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
+    w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
+    return xs, w
+
+
 def rotation_sets(bytes_per_set: int, l2_bytes: int = L2_BYTES_DEFAULT, factor: float = 3.0,
                   min_sets: int = 2, max_sets: int = 64, budget_bytes: int | None = None) -> int:
     """How many input sets to rotate among so that the L2 cannot serve repeats.

@@ -29,6 +29,7 @@ from .simulator import CostModel, simulate
 from .spec import LayerSpec
 from .tasks import build_graph, default_params
 from .timeline import Timeline
+from .timing import rotated_inputs
 
 
 def calibrate_on_traces(records, order, graph, blocks_per_sm: int,
@@ -83,14 +84,6 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
     return sorted(base + extra, key=lambda r: r["predicted_us"])
 
 
-def _inputs(cupy, spec: LayerSpec, rng):
-    from .timing import device_rotation_sets
-    sets = device_rotation_sets(4 * int(np.prod(spec.input_shape)))
-    xs = [cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32)) for _ in range(sets)]
-    w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
-    return xs, w
-
-
 def measure_us(runtime, spec, params, mapping, xs, w, reps: int = 10) -> float:
     from .timing import time_cuda_stats
     import cupy
@@ -103,9 +96,8 @@ def measure_us(runtime, spec, params, mapping, xs, w, reps: int = 10) -> float:
 def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int = 10,
                deadline: float | None = None, traces: int = 3) -> dict:
     """Tune one layer; returns the table entry's measured fields plus the winner."""
-    import cupy
     rng = np.random.default_rng(seed)
-    xs, w = _inputs(cupy, spec, rng)
+    xs, w = rotated_inputs(spec, rng)
     params, mp, source = tuning.choose(spec, key=None)       # the heuristic, not the table
     traced = runtime.plan(spec, params=params, mapping=mp, trace=True)
     records = []

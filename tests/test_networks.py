@@ -177,3 +177,12 @@ def test_load_suite_file(tmp_path, monkeypatch):
         load_suite(suite="mine")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_suite(tmp_path / "nope.json")
+
+
+def test_select_layers_keeps_suite_order_and_names_unknowns():
+    from megawino.networks import select_layers
+    specs = [LayerSpec(1, 8, 8, 8, 8, name=n) for n in ("a", "b", "c")]
+    assert [s.name for s in select_layers(specs, "c,a")] == ["a", "c"]
+    assert select_layers(specs, None) == specs and select_layers(specs, "") == specs
+    with pytest.raises(ValueError, match="unknown layer.*zz"):
+        select_layers(specs, "a,zz")
