@@ -23,7 +23,7 @@ except ImportError:       # run from a checkout without installing
 import numpy as np  # noqa: E402
 
 from megawino import tuning  # noqa: E402
-from megawino.networks import load_suite, select_layers  # noqa: E402
+from megawino.suite import load_suite, select_specs  # noqa: E402
 from megawino.tasks import default_params  # noqa: E402
 from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         raise ValueError("--traces and --reps must be >= 1")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = select_layers(load_suite(suite="winograd", batch=args.batch), args.layers)
+    specs = select_specs(load_suite(suite="winograd", batch=args.batch), args.layers)
     rng = np.random.default_rng(0)
     index = []
     for spec in specs:

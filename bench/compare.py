@@ -88,19 +88,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def select_specs(specs: list, names: list[str] | None, quick: bool) -> list:
-    """Layers by exact name or unique substring (ValueError otherwise); --quick: first 4."""
+    """Layers by exact name or unique substring (:func:`megawino.suite.select_specs`);
+    --quick without names: the first 4."""
+    from megawino.suite import select_specs as by_name
     if names:
-        chosen = []
-        for name in names:
-            exact = [s for s in specs if s.name == name]
-            hits = exact or [s for s in specs if name.lower() in s.name.lower()]
-            if len(hits) != 1:
-                raise ValueError(f"layer {name!r} matches {len(hits)} layers of the suite "
-                                 f"({', '.join(s.name for s in hits) or 'none'}); "
-                                 f"known: {', '.join(s.name for s in specs)}")
-            if hits[0] not in chosen:
-                chosen.append(hits[0])
-        return chosen
+        return by_name(specs, names)
     return specs[:4] if quick else list(specs)
 
 
@@ -279,7 +271,7 @@ def import_megawino():
 def main(argv=None) -> int:
     args = parse_args(argv)
     import_megawino()
-    from megawino.networks import load_suite
+    from megawino.suite import load_suite
     specs = select_specs(load_suite(args.suite_file, suite=args.suite, batch=args.batch,
                                     layout=args.layout), args.layer_names, args.quick)
     primary = PRIMARY[args.suite]

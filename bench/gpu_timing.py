@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 import megawino  # noqa: E402
-from megawino import networks  # noqa: E402
+from megawino import suite  # noqa: E402
 from megawino.tasks import TaskType  # noqa: E402
 from megawino.timing import time_cuda  # noqa: E402
 
@@ -58,10 +58,8 @@ def main(argv=None):
     ap.add_argument("--torch-check", action="store_true")
     ap.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"))
     args = ap.parse_args(argv)
-    specs = networks.load_suite(suite="winograd", batch=args.batch, layout=args.layout)
-    if args.layers:
-        keep = args.layers.split(",")
-        specs = [s for s in specs if any(k in s.name for k in keep)]
+    specs = suite.select_specs(suite.load_suite(suite="winograd", batch=args.batch, layout=args.layout),
+                               args.layers)
     best = baseline_best(args.baseline) if args.baseline else {}
     rows = []
     rng = cp.random.default_rng(0)

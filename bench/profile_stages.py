@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import megawino
-from megawino import networks, runtime
+from megawino import runtime, suite
 from megawino.tasks import TaskType, default_params
 
 
@@ -98,9 +98,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
-    specs = networks.load_suite(suite="winograd", batch=args.batch)
-    keep = args.layers.split(",")
-    specs = [s for s in specs if any(k in s.name for k in keep)]
+    specs = suite.select_specs(suite.load_suite(suite="winograd", batch=args.batch), args.layers)
     variants = [v.strip() for v in args.variants.split(";")]
     stages = args.stages.split(",")
     rows = []

@@ -14,7 +14,8 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.networks import load_suite  # noqa: E402
+from megawino.suite import load_suite  # noqa: E402
+from megawino.sweep import random_inputs  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -32,9 +33,7 @@ def main(argv=None) -> int:
         raise ValueError(f"unknown layer {args.layer!r}; {args.suite} suite has {sorted(specs)}")
     spec = specs[args.layer]
     algo = args.algo or ("direct" if args.suite == "direct" else "megakernel")
-    rng = np.random.default_rng(0)
-    x = cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32))
-    w = cupy.asarray(rng.standard_normal(spec.weight_shape, dtype=np.float32))
+    x, w = (cupy.asarray(a) for a in random_inputs(spec, np.random.default_rng(0)))
     plan = runtime.plan(spec, algo=algo)
     for _ in range(args.runs):
         y = plan(x, w)

@@ -15,7 +15,7 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.networks import load_suite, select_layers  # noqa: E402
+from megawino.suite import load_suite, select_specs  # noqa: E402
 from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    specs = select_layers(load_suite(suite="winograd", batch=args.batch), args.layers)
+    specs = select_specs(load_suite(suite="winograd", batch=args.batch), args.layers)
     rng = np.random.default_rng(0)
     rows = []
     for spec in specs:

@@ -1,4 +1,4 @@
-"""Convolution-layer tables of whole networks, and the benchmark suite file.
+"""Convolution-layer tables of whole networks (the benchmark suite file: :mod:`megawino.suite`).
 
 Each network builder walks the network (convolutions, pools, upsamples) from the
 input resolution, so spatial sizes are computed, never pasted, and any input
@@ -49,17 +49,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
-import os
 import re
-from pathlib import Path
 from typing import Callable
 
 from .spec import LayerSpec
 
 __all__ = [
     "NetworkLayer", "NETWORKS", "DEFAULT_RESOLUTION", "network_layers", "find_layer",
-    "load_suite", "suite_path", "vgg16", "resnet50", "yolov3", "densenet161", "alexnet",
+    "vgg16", "resnet50", "yolov3", "densenet161", "alexnet",
 ]
 
 
@@ -327,82 +324,3 @@ def find_layer(name: str, batch: int = 1, resolution: int | None = None,
     raise ValueError(f"unknown layer {name!r} in network {network}{hint} "
                      f"(network_layers({network!r}, winograd_only=False) lists all "
                      f"{len(by_name)})")
-
-
-# ---------------------------------------------------------------------------
-# Suite file (shared/suite/layers.json)
-# ---------------------------------------------------------------------------
-
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-_SUITE_RELATIVE = Path("shared") / "suite" / "layers.json"
-
-
-def _suite_candidates() -> list[Path]:
-    cwd = Path.cwd()
-    return [_REPO_ROOT.parent / _SUITE_RELATIVE, _REPO_ROOT / _SUITE_RELATIVE,
-            cwd.parent / _SUITE_RELATIVE, cwd / _SUITE_RELATIVE]
-
-
-def suite_path(path: str | os.PathLike | None = None) -> Path:
-    """Where the suite file is: ``path`` if given, else ``$MEGAWINO_SUITE``, else
-    ``../shared/suite/layers.json`` relative to the repo root, then to the cwd (also
-    ``shared/suite/layers.json`` inside each).  A directory means its layers.json."""
-    if path is None and os.environ.get("MEGAWINO_SUITE"):
-        path = os.environ["MEGAWINO_SUITE"]
-        origin = "MEGAWINO_SUITE"
-    else:
-        origin = "path argument"
-    if path is not None:
-        candidate = Path(path).expanduser()
-        if candidate.is_dir():
-            candidate = candidate / "layers.json"
-        if not candidate.is_file():
-            raise FileNotFoundError(f"suite file {str(candidate)!r} (from {origin}) does not exist")
-        return candidate
-    tried = _suite_candidates()
-    for candidate in tried:
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        "no suite file found; looked for " + ", ".join(str(p) for p in dict.fromkeys(tried))
-        + ". Pass path= or set MEGAWINO_SUITE to a layers.json")
-
-
-def select_layers(specs: list[LayerSpec], names: str | None) -> list[LayerSpec]:
-    """The specs named in the comma-separated ``names`` (all when None or empty), in suite
-    order; ValueError naming any unknown layer."""
-    if not names:
-        return list(specs)
-    wanted = [n for n in names.split(",") if n]
-    unknown = sorted(set(wanted) - {s.name for s in specs})
-    if unknown:
-        raise ValueError(f"unknown layer(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
-    return [s for s in specs if s.name in set(wanted)]
-
-
-def load_suite(path: str | os.PathLike | None = None, suite: str = "winograd",
-               batch: int | None = None, layout: str = "NCHW") -> list[LayerSpec]:
-    """Layer specs of one suite of a layers.json (keys N, C, K, H, W, R, S, stride,
-    pad, name).  ``batch`` overrides N when given."""
-    file = suite_path(path)
-    with open(file, encoding="utf-8") as fh:
-        data = json.load(fh)
-    suites = {k: v for k, v in data.items() if isinstance(v, list)} if isinstance(data, dict) else {}
-    if suite not in suites:
-        raise ValueError(f"{file}: no suite {suite!r}; suites: {', '.join(suites) or 'none'}")
-    specs = []
-    for i, entry in enumerate(suites[suite]):
-        try:
-            H = entry["H"]
-            R = entry.get("R", 3)
-            specs.append(LayerSpec(
-                N=entry["N"] if batch is None else batch,
-                C=entry["C"], K=entry["K"], H=H, W=entry.get("W", H),
-                R=R, S=entry.get("S", R), stride=entry.get("stride", 1),
-                padding=entry.get("pad", entry.get("padding", R // 2)),
-                layout=layout, name=entry.get("name", f"{suite}[{i}]")))
-        except KeyError as err:
-            raise ValueError(f"{file}: {suite}[{i}] lacks key {err}") from None
-        except ValueError as err:
-            raise ValueError(f"{file}: {suite}[{i}] ({entry.get('name', '?')}): {err}") from None
-    return specs

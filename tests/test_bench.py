@@ -59,7 +59,7 @@ def test_rotation_sets():
 
 def test_rotation_sets_cover_the_suite():
     """Every suite layer at batch 64: the sets together exceed 3x the L2 or number 64."""
-    from megawino.networks import load_suite
+    from megawino.suite import load_suite
     try:
         specs = load_suite(suite="winograd", batch=64)
     except FileNotFoundError as err:          # shared/ is beside the checkout in CI

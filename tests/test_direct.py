@@ -15,7 +15,7 @@ from megawino.direct import (DEFAULT_CONFIG, H100, DirectConfig, Hardware, all_c
                              build_table, candidate_configs, conv2d_direct, emulate_direct,
                              flush_terms, heuristic_config, pack_weights, predict_us, rank,
                              resource_ok, structural_ok)
-from megawino.networks import load_suite
+from megawino.suite import load_suite
 from megawino.spec import LayerSpec
 from megawino.winograd import direct_conv_nchw, rel_l2
 

@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from megawino import executor, mapping as mapping_mod, networks
+from megawino import executor, mapping as mapping_mod, suite
 from megawino.spec import LayerSpec
 from megawino.tasks import TaskParams, build_graph, default_params
 from megawino.winograd import direct_conv_nchw, rel_l2
@@ -100,7 +100,7 @@ def _check_layer(spec, m, seed=0, nonfused=True):
 
 def _suite():
     try:
-        return networks.load_suite(suite="winograd", batch=2)
+        return suite.load_suite(suite="winograd", batch=2)
     except FileNotFoundError:
         return []
 

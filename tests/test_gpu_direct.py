@@ -10,7 +10,7 @@ import pytest
 
 from megawino import direct
 from megawino.direct import conv2d_direct, flush_terms, heuristic_config
-from megawino.networks import load_suite
+from megawino.suite import load_suite
 from megawino.spec import LayerSpec
 from megawino.winograd import direct_conv_nchw, rel_l2
 

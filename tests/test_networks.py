@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from megawino.networks import (DEFAULT_RESOLUTION, NETWORKS, NetworkLayer, find_layer,
-                               load_suite, network_layers)
+from megawino.networks import DEFAULT_RESOLUTION, NETWORKS, NetworkLayer, find_layer, network_layers
+from megawino.suite import load_suite
 from megawino.spec import LayerSpec
 
 PAPER_NETWORKS = ("vgg16", "resnet50", "yolov3", "densenet161")
@@ -179,10 +179,13 @@ def test_load_suite_file(tmp_path, monkeypatch):
         load_suite(tmp_path / "nope.json")
 
 
-def test_select_layers_keeps_suite_order_and_names_unknowns():
-    from megawino.networks import select_layers
-    specs = [LayerSpec(1, 8, 8, 8, 8, name=n) for n in ("a", "b", "c")]
-    assert [s.name for s in select_layers(specs, "c,a")] == ["a", "c"]
-    assert select_layers(specs, None) == specs and select_layers(specs, "") == specs
-    with pytest.raises(ValueError, match="unknown layer.*zz"):
-        select_layers(specs, "a,zz")
+def test_select_specs_by_name_or_unique_substring():
+    from megawino.suite import select_specs
+    specs = [LayerSpec(1, 8, 8, 8, 8, name=n) for n in ("a.x", "b.x", "c.y")]
+    assert [s.name for s in select_specs(specs, "c.y,a.x")] == ["c.y", "a.x"]   # order named
+    assert [s.name for s in select_specs(specs, ["b", "b.x"])] == ["b.x"]        # each once
+    assert select_specs(specs, None) == specs and select_specs(specs, "") == specs
+    with pytest.raises(ValueError, match="'zz' matches 0 layers"):
+        select_specs(specs, "a.x,zz")
+    with pytest.raises(ValueError, match="'x' matches 2 layers"):
+        select_specs(specs, "x")

@@ -11,6 +11,13 @@ from rich.text import Text
 DEFAULT_LAYER_BATCH = 64      # layer names resolve at the paper's evaluation batch size
 
 
+def add_network_arguments(p, batch_default: int | None, batch_help: str) -> None:
+    """NETWORK, --batch and --resolution, as the network commands take them."""
+    p.add_argument("network", metavar="NETWORK", help="vgg16, resnet50, yolov3, densenet161, alexnet")
+    p.add_argument("--batch", type=int, default=batch_default, help=batch_help)
+    p.add_argument("--resolution", type=int, default=None, help="input resolution")
+
+
 # ---------------------------------------------------------------------------
 # Layer resolution (shared by every command)
 # ---------------------------------------------------------------------------

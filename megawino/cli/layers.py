@@ -6,15 +6,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .common import DEFAULT_LAYER_BATCH, _filter_text
+from .common import DEFAULT_LAYER_BATCH, _filter_text, add_network_arguments
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("layers", help="conv layers of a network")
-    p.add_argument("network", metavar="NETWORK", help="vgg16, resnet50, yolov3, densenet161, alexnet")
-    p.add_argument("--batch", type=int, default=DEFAULT_LAYER_BATCH,
-                   help=f"batch size (default {DEFAULT_LAYER_BATCH})")
-    p.add_argument("--resolution", type=int, default=None, help="input resolution")
+    add_network_arguments(p, DEFAULT_LAYER_BATCH, f"batch size (default {DEFAULT_LAYER_BATCH})")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--all", action="store_true", help="every conv layer (the default)")
     which.add_argument("--winograd", action="store_true", help="only the 3x3 stride-1 layers")

@@ -10,15 +10,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .common import DEFAULT_LAYER_BATCH, _compact_shape, _error, _fmt_err, _fmt_ms, _positive
+from .common import (DEFAULT_LAYER_BATCH, _compact_shape, _error, _fmt_err, _fmt_ms, _positive,
+                     add_network_arguments)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("sweep", help="run and check the layers of a network")
-    p.add_argument("network", metavar="NETWORK", help="vgg16, resnet50, yolov3, densenet161, alexnet")
-    p.add_argument("--batch", type=int, default=None,
-                   help=f"batch size (default {DEFAULT_LAYER_BATCH} on the GPU, 1 on the CPU)")
-    p.add_argument("--resolution", type=int, default=None, help="input resolution")
+    add_network_arguments(p, None, f"batch size (default {DEFAULT_LAYER_BATCH} on the GPU, 1 on the CPU)")
     p.add_argument("--all", action="store_true",
                    help="every conv layer, not only the 3x3 stride-1 ones")
     p.add_argument("--layers", metavar="NAME,...", default=None,

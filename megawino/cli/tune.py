@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
 
 
 def _targets(target: str, batch: int | None):
-    from ..networks import NETWORKS, load_suite, network_layers
+    from ..networks import NETWORKS, network_layers
+    from ..suite import load_suite
     batch_or_default = DEFAULT_LAYER_BATCH if batch is None else batch
     if target == "suite":
         return load_suite(suite="winograd", batch=batch)

@@ -179,7 +179,7 @@ def layers_for(network: str | None = None, suite: str | None = None, batch: int 
         return [layer.spec for layer in network_layers(network, batch, winograd_only=False,
                                                        layout=layout)
                 if not layer.spec.winograd_eligible]
-    from ..networks import load_suite
+    from ..suite import load_suite
 
     return load_suite(suite=suite or "direct", batch=batch, layout=layout)
 
