@@ -81,6 +81,18 @@ __device__ __forceinline__ OutputItems output_items(const Params& p, int group, 
   return o;
 }
 
+// Lane slot w of an output task: LPT lanes per tile, CPT channels per lane, CW channels per
+// channel group; its first channel kb and its tile t.
+template <int CW, int CPT, int LPT>
+__device__ __forceinline__ void output_item(int w, int tpg, int k0, long long t_base, int& kb, long long& t) {
+  const int li = w & (LPT - 1);
+  const int rest = w / LPT;
+  const int kg = rest / tpg;
+  const int tl = rest - kg * tpg;
+  kb = k0 + kg * CW + li * CPT;
+  t = t_base + tl;
+}
+
 template <int M, bool NHWC, int CPT, int CW>
 __device__ __forceinline__ void output_transform_task_v2(const Params& p, float* y, int group,
                                                          int index) {
@@ -93,12 +105,9 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
   const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
 
   for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    const int li = w & (LPT - 1);
-    const int rest = w / LPT;
-    const int kg = rest / tpg;
-    const int tl = rest - kg * tpg;
-    const int kb = k0 + kg * CW + li * CPT;
-    const long long t = t_base + tl;
+    int kb;
+    long long t;
+    output_item<CW, CPT, LPT>(w, tpg, k0, t_base, kb, t);
     if (kb >= k1 || t >= p.tiles) continue;
     const float* src = Mb + t * ks + kb;
     float mm[CPT][AA];
@@ -167,12 +176,9 @@ __device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, flo
   const unsigned sa = smem_addr(sbuf) + threadIdx.x * 4u;
 
   for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    const int li = w & (LPT - 1);
-    const int rest = w / LPT;
-    const int kg = rest / tpg;
-    const int tl = rest - kg * tpg;
-    const int kb = k0 + kg * CW + li * CPT;
-    const long long t = t_base + tl;
+    int kb;
+    long long t;
+    output_item<CW, CPT, LPT>(w, tpg, k0, t_base, kb, t);
     if (kb >= k1 || t >= p.tiles) continue;
     const float* src = Mb + t * ks + kb;
     float mm[AA];
