@@ -5,12 +5,12 @@
 //
 // The input is never copied: a thread block gathers a BK x BM slab of the
 // implicit im2col matrix straight from x, using a per-layer table
-//   table[kk] = {offset of (c, r, s) relative to a pixel's base, r, s, 0}
-// and per-pixel (base, iy0, ix0).  Padding, stride, partial tiles and the
-// reduction tail are all handled by one predicate: (unsigned)(iy0 + r) < H and
-// (unsigned)(ix0 + s) < W.  Rows of the table past C*R*S and pixels past M hold
-// r (resp. iy0) = MW_DIRECT_BIG, so they always read zero.
-//
+//   table[kk] = {offset of (c, r, s) relative to a pixel's base, tap bits of (r, s)}
+// (tap bits: bit r | bit (MW_DIRECT_TAP_COL_BIT + s)) and per pixel {base, outside taps}:
+// the bits of the filter rows and columns that fall outside the image for that pixel,
+// plus MW_DIRECT_TAP_SENTINEL.  One AND decides an element (padding, stride, partial
+// tiles, reduction tail): table rows past C*R*S carry the sentinel bit, pixels past M
+// have every bit set, so both always read zero.
 // Filters are pre-packed on the host side into wt[CRSp][ldw]
 // (CRSp = C*R*S rounded up to 16, ldw = K rounded up to 128, zero padding), so
 // every B load is an aligned float4 with no predicate.
@@ -22,8 +22,12 @@
 // tiles k+1 .. k+STAGES-1.  STAGES comes from megawino/direct/config.py.
 #pragma once
 
-#ifndef MW_DIRECT_BIG
-#define MW_DIRECT_BIG (1 << 28)
+// Tap-bit layout (megawino/direct/config.py TAP_COL_BIT, TAP_SENTINEL: passed by DirectConfig.defines).
+#ifndef MW_DIRECT_TAP_COL_BIT
+#define MW_DIRECT_TAP_COL_BIT 15
+#endif
+#ifndef MW_DIRECT_TAP_SENTINEL
+#define MW_DIRECT_TAP_SENTINEL 0x80000000u
 #endif
 // Reduction terms per flush of the register tile into y (0: no flush, one chain).
 // Pipeline depth (DirectConfig.stages: as many as fit the static shared-memory budget).
@@ -54,9 +58,9 @@ __device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group 
 struct Params {
     const float* __restrict__ x;      // input, NCHW or NHWC
     const float* __restrict__ wt;     // packed filters [CRSp][ldw]
-    const int4* __restrict__ table;   // [CRSp] {offset, r, s, 0}
+    const int2* __restrict__ table;   // [CRSp] {offset, tap bits}
     float* __restrict__ y;            // output, same layout as x
-    int C, H, W, K;
+    int C, H, W, K, R, S;
     int OH, OW, M;                    // M = N * OH * OW
     int stride, pad;
     int ktiles;                       // ceil(C*R*S / BK)
@@ -111,7 +115,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
     constexpr int STAGES = T::STAGES;
     __shared__ __align__(16) float As[STAGES][BK][LDA];
     __shared__ __align__(16) float Bs[STAGES][BK][LDB];
-    __shared__ __align__(16) int4 minfo[NHWC ? BM : 1];   // {base, iy0, ix0, 0} per pixel
+    __shared__ __align__(16) int2 minfo[NHWC ? BM : 1];   // {base, outside taps} per pixel
 
     const int tid = threadIdx.x;
     const int m0 = blockIdx.x * BM;
@@ -119,35 +123,35 @@ __device__ __forceinline__ void conv_block(const Params& p) {
     const int P = p.OH * p.OW;
 
     // ---- per-pixel gather origin ------------------------------------------
-    auto pixel_info = [&](int m) -> int4 {
-        int4 info;
-        if (m < p.M) {
-            const int n = m / P;
-            const int pix = m - n * P;
-            const int oy = pix / p.OW;
-            const int ox = pix - oy * p.OW;
-            const int iy0 = oy * p.stride - p.pad;
-            const int ix0 = ox * p.stride - p.pad;
-            info.x = NHWC ? ((n * p.H + iy0) * p.W + ix0) * p.C
-                          : (n * p.C * p.H + iy0) * p.W + ix0;
-            info.y = iy0;
-            info.z = ix0;
-        } else {
-            info.x = 0;
-            info.y = MW_DIRECT_BIG;
-            info.z = MW_DIRECT_BIG;
-        }
-        info.w = 0;
-        return info;
+    // {base offset of the pixel's window in x, tap bits outside the image | sentinel}.
+    auto pixel_info = [&](int m) -> int2 {
+        if (m >= p.M) return make_int2(0, -1);   // every tap outside
+        const int n = m / P;
+        const int pix = m - n * P;
+        const int oy = pix / p.OW;
+        const int ox = pix - oy * p.OW;
+        const int iy0 = oy * p.stride - p.pad;
+        const int ix0 = ox * p.stride - p.pad;
+        unsigned outside = MW_DIRECT_TAP_SENTINEL;
+        for (int r = 0; r < p.R; ++r)
+            if ((unsigned)(iy0 + r) >= (unsigned)p.H) outside |= 1u << r;
+        for (int s = 0; s < p.S; ++s)
+            if ((unsigned)(ix0 + s) >= (unsigned)p.W) outside |= 1u << (MW_DIRECT_TAP_COL_BIT + s);
+        const int base = NHWC ? ((n * p.H + iy0) * p.W + ix0) * p.C : (n * p.C * p.H + iy0) * p.W + ix0;
+        return make_int2(base, static_cast<int>(outside));
     };
 
-    int4 my_pixel = make_int4(0, MW_DIRECT_BIG, MW_DIRECT_BIG, 0);
+    int2 my_pixel = make_int2(0, -1);
     if constexpr (NHWC) {
         for (int i = tid; i < BM; i += THREADS) minfo[i] = pixel_info(m0 + i);
         __syncthreads();
     } else {
         my_pixel = pixel_info(m0 + tid % BM);
     }
+    // NCHW: the thread's gather base as a 64-bit address (it may point before x for a
+    // padded window; only in-image offsets from it are read) and its first table row.
+    const unsigned long long my_x = reinterpret_cast<unsigned long long>(p.x) + 4ll * my_pixel.x;
+    const int2* my_table = p.table + (NHWC ? 0 : tid / BM);
 
     // vec_x: a thread copies pixels 4q .. 4q+3 of the block (q fixed per thread, since
     // THREADS is a multiple of BM / 4); x_quad = offset of x[n][0][pix], -1 past M.
@@ -175,29 +179,32 @@ __device__ __forceinline__ void conv_block(const Params& p) {
             }
         } else {
             float* a_slot = &As[slot][0][0];
+            const int2* tile_table = my_table + kbase;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int e = tid + i * THREADS;
                 if (T::A_ELEMS % THREADS == 0 || e < T::A_ELEMS) {
                     int krow, col;
-                    int4 pix;
+                    int2 t;
+                    const float* src;
+                    bool inside;
                     if constexpr (NHWC) {
                         krow = e % BK;
                         col = e / BK;
-                        pix = minfo[col];
+                        const int2 pix = minfo[col];
+                        t = __ldg(&p.table[kbase + krow]);
+                        inside = (static_cast<unsigned>(t.y) & static_cast<unsigned>(pix.y)) == 0u;
+                        src = p.x + (inside ? static_cast<unsigned>(pix.x + t.x) : 0u);
                     } else {   // THREADS % BM == 0: the thread's pixel is tid % BM for every i
                         krow = i * (THREADS / BM) + tid / BM;
                         col = tid % BM;
-                        pix = my_pixel;
+                        t = __ldg(&tile_table[i * (THREADS / BM)]);
+                        inside = (static_cast<unsigned>(t.y) & static_cast<unsigned>(my_pixel.y)) == 0u;
+                        // Outside: -base lands on x itself (a valid address; nothing is read
+                        // with src-size 0).
+                        src = reinterpret_cast<const float*>(my_x + 4ll * (inside ? t.x : -my_pixel.x));
                     }
-                    const int4 t = __ldg(&p.table[kbase + krow]);
-                    const int iy = pix.y + t.y;
-                    const int ix = pix.z + t.z;
-                    const bool inside = (unsigned)iy < (unsigned)p.H && (unsigned)ix < (unsigned)p.W;
-                    // Outside: offset 0 (a valid address; nothing is read with src-size 0).
-                    // Unsigned: a zero-extended 32-bit offset is one IMAD.WIDE.U32.
-                    const unsigned offset = inside ? static_cast<unsigned>(pix.x + t.x) : 0u;
-                    copy4_async(a_slot + krow * LDA + col, p.x + offset, inside);
+                    copy4_async(a_slot + krow * LDA + col, src, inside);
                 }
             }
         }

@@ -306,7 +306,7 @@ class Plan:
 
 class DirectPlan:
     """The direct-convolution path (cuda/direct.cu) behind the same call as a Plan:
-    any filter size, stride and padding; its tile configuration comes from
+    filters up to 15x15 (direct.MAX_FILTER), any stride and padding; its tile configuration comes from
     ``mapping/direct_<gpu>.json`` or the model's heuristic (megawino.direct)."""
 
     algo = "direct"
@@ -315,6 +315,7 @@ class DirectPlan:
         from . import direct
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
+        direct.check_spec(spec)
         self.spec = spec
         self.config = config if config is not None else direct.heuristic_config(
             spec, gpu=gpu_name_key())

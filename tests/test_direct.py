@@ -244,10 +244,10 @@ def test_tune_layers_with_fake_timer(tmp_path):
 def test_table_and_packed_weights():
     spec = LayerSpec(N=1, C=3, K=5, H=7, W=9, R=2, S=3, stride=1, padding=1)
     t = build_table(spec)
-    assert t.shape == (32, 4) and t.dtype == np.int32
+    assert t.shape == (32, 2) and t.dtype == np.int32
     kk = (2 * 2 + 1) * 3 + 2                   # c=2, r=1, s=2
-    assert tuple(t[kk, :3]) == (2 * 63 + 1 * 9 + 2, 1, 2)
-    assert np.all(t[18:, 1] == direct.BIG)
+    assert tuple(t[kk]) == (2 * 63 + 1 * 9 + 2, (1 << 1) | (1 << (direct.TAP_COL_BIT + 2)))
+    assert np.all(t[18:, 1].view(np.uint32) == direct.TAP_SENTINEL)
     w = np.arange(5 * 3 * 2 * 3, dtype=np.float32).reshape(5, 3, 2, 3)
     wt = pack_weights(w, "NCHW")
     assert wt.shape == (32, 128) and wt[kk, 4] == w[4, 2, 1, 2] and wt[18:].sum() == 0
@@ -255,7 +255,25 @@ def test_table_and_packed_weights():
     tn = build_table(spec.with_(layout="NHWC"))
     wn = pack_weights(w, "NHWC")
     kk = (1 * 3 + 2) * 3 + 2                   # r=1, s=2, c=2
-    assert tuple(tn[kk, :3]) == ((1 * 9 + 2) * 3 + 2, 1, 2) and wn[kk, 4] == w[4, 2, 1, 2]
+    assert tuple(tn[kk]) == ((1 * 9 + 2) * 3 + 2, int(direct.tap_bits(1, 2))) and wn[kk, 4] == w[4, 2, 1, 2]
+
+
+def test_outside_taps_mark_rows_and_columns_outside_the_image():
+    spec = LayerSpec(N=1, C=1, K=1, H=5, W=6, R=3, S=3, stride=2, padding=1)
+    col = direct.TAP_COL_BIT
+    # Window origin (-1, -1): row 0 and column 0 are padding.
+    assert int(direct.outside_taps(-1, -1, spec)) == direct.TAP_SENTINEL | 1 | (1 << col)
+    # Origin (3, 4): rows 3..5 of H = 5 -> row 2 outside; columns 4..6 of W = 6 -> column 2 outside.
+    assert int(direct.outside_taps(3, 4, spec)) == direct.TAP_SENTINEL | (1 << 2) | (1 << (col + 2))
+    assert int(direct.outside_taps(0, 0, spec)) == direct.TAP_SENTINEL
+
+
+def test_filters_past_the_tap_bits_are_refused_before_launch():
+    big = direct.MAX_FILTER + 1
+    spec = LayerSpec(N=1, C=1, K=1, H=40, W=40, R=big, S=big, stride=1, padding=0)
+    with pytest.raises(ValueError, match="filters up to"):
+        direct.check_spec(spec)
+    direct.check_spec(spec.with_(R=direct.MAX_FILTER, S=direct.MAX_FILTER))
 
 
 EMU_CONFIGS = [DirectConfig(32, 32, 8, 4, 4, 1), DirectConfig(128, 128, 8, 8, 8, 2),

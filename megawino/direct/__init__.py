@@ -1,9 +1,9 @@
-"""Direct convolution for every filter size and stride (the non-Winograd path).
+"""Direct convolution for every filter size up to 15x15 and any stride (the non-Winograd path).
 
 Implicit GEMM: M = N*OH*OW output pixels, N = K output channels, reduction over
 (c, r, s) (NCHW) or (r, s, c) (NHWC).  The kernel (``cuda/direct_conv.cuh``) gathers
-the input through a per-layer offset table, so padding, stride, partial tiles
-and any C, K, H, W need no divisibility; filters are packed once per call into a
+the input through a per-layer table of offsets and tap bits, so padding, stride,
+partial tiles and any C, K, H, W need no divisibility; filters are packed once per call into a
 zero-padded ``[roundup(CRS, 16)][roundup(K, 128)]`` matrix so that filter loads
 are aligned float4.
 
@@ -39,7 +39,8 @@ from . import config as _config, kernel as _kernel, model as _model, ptxas as _p
 from .config import (DEFAULT_CONFIG, GRID, H100, INT32_LIMIT, DirectConfig, Hardware, all_configs,
                      candidate_configs, estimate_registers, occupancy, resource_ok, structural_ok)
 from .emulate import emulate_direct
-from .kernel import build_table, compile_kernel, conv2d_direct, launch, pack_weights
+from .kernel import (build_table, check_spec, compile_kernel, conv2d_direct, launch, outside_taps,
+                     pack_weights, tap_bits)
 from .model import (gpu_slug, heuristic_config, load_mapping, mapping_key, model_terms, predict_us,
                     rank)
 
@@ -47,7 +48,7 @@ __all__ = [
     "DirectConfig", "Hardware", "H100", "GRID", "DEFAULT_CONFIG",
     "structural_ok", "estimate_registers", "resource_ok", "occupancy", "candidate_configs",
     "predict_us", "rank", "heuristic_config", "load_mapping", "gpu_slug",
-    "build_table", "pack_weights", "emulate_direct", "conv2d_direct", "compile_kernel",
+    "build_table", "check_spec", "tap_bits", "outside_taps", "pack_weights", "emulate_direct", "conv2d_direct", "compile_kernel",
     "INT32_LIMIT", "model_terms", "all_configs", "mapping_key", "launch",
 ]
 
@@ -55,7 +56,8 @@ __all__ = [
 # bench).  mapping_dir is the hook for the tuned tables: .model looks it up here.
 mapping_dir = _resources.mapping_dir
 ptxas_report = _ptxas.ptxas_report
-BIG, FLUSH_TERMS, FLUSH_MIN_CRS = _config.BIG, _config.FLUSH_TERMS, _config.FLUSH_MIN_CRS
+FLUSH_TERMS, FLUSH_MIN_CRS = _config.FLUSH_TERMS, _config.FLUSH_MIN_CRS
+TAP_COL_BIT, TAP_SENTINEL, MAX_FILTER = _config.TAP_COL_BIT, _config.TAP_SENTINEL, _config.MAX_FILTER
 PACK_ROWS, PACK_COLS = _config.PACK_ROWS, _config.PACK_COLS
 flush_terms = _config.flush_terms
 _ptxas_key = _config._ptxas_key

@@ -21,7 +21,11 @@ import re
 from ..resources import mapping_dir
 from ..spec import LayerSpec
 
-BIG = 1 << 28            # MW_DIRECT_BIG in direct_conv.cuh
+# Tap bits of the gather table (direct_conv.cuh): filter row r is bit r, column s is bit
+# TAP_COL_BIT + s, TAP_SENTINEL marks table rows past C*R*S (every pixel treats it as outside).
+TAP_COL_BIT = 15
+TAP_SENTINEL = 1 << 31
+MAX_FILTER = TAP_COL_BIT   # largest R and S the tap bits can describe
 INT32_LIMIT = 2**31 - 2**24   # element count limit of x and y (32-bit offsets in the kernel)
 PACK_ROWS = 16           # CRS is padded to a multiple of this (every BK divides it)
 PACK_COLS = 128          # K is padded to a multiple of this (every BN divides it)
@@ -112,7 +116,8 @@ class DirectConfig:
         return (f"-DMW_DIRECT_FLUSH_TERMS={int(flush)}", f"-DMW_DIRECT_BM={self.BM}", f"-DMW_DIRECT_BN={self.BN}",
                 f"-DMW_DIRECT_BK={self.BK}", f"-DMW_DIRECT_TM={self.TM}",
                 f"-DMW_DIRECT_TN={self.TN}", f"-DMW_DIRECT_NHWC={int(bool(nhwc))}",
-                f"-DMW_DIRECT_MINBLOCKS={self.min_blocks}", f"-DMW_DIRECT_STAGES={self.stages}")
+                f"-DMW_DIRECT_MINBLOCKS={self.min_blocks}", f"-DMW_DIRECT_STAGES={self.stages}",
+                f"-DMW_DIRECT_TAP_COL_BIT={TAP_COL_BIT}", f"-DMW_DIRECT_TAP_SENTINEL={TAP_SENTINEL:#x}u")
 
 
 GRID = {"BM": (32, 64, 128), "BN": (32, 64, 128), "BK": (8, 16), "TM": (4, 8), "TN": (4, 8),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import BIG, DirectConfig, flush_terms, structural_ok
-from .kernel import _spec_from, build_table, pack_weights, vector_x
+from .config import DirectConfig, flush_terms, structural_ok
+from .kernel import _spec_from, build_table, outside_taps, pack_weights, vector_x
 from .model import heuristic_config
 
 
@@ -65,7 +65,8 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
         ix0 = ox * stride - padding
         base = ((n * H + iy0) * W + ix0) * C if nhwc else (n * C * H + iy0) * W + ix0
         valid = m < M
-        return (np.where(valid, base, 0), np.where(valid, iy0, BIG), np.where(valid, ix0, BIG))
+        outside = np.where(valid, outside_taps(iy0, ix0, spec), np.uint32(0xFFFFFFFF))
+        return np.where(valid, base, 0), outside
 
     for bx in range(-(-M // BM)):
         m0 = bx * BM
@@ -105,17 +106,15 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
                     if nhwc:
                         krow = e % BK
                         mloc = np.minimum(e // BK, BM - 1)
-                        base, iy0, ix0 = (arr[mloc] for arr in minfo)
+                        base, outside = (arr[mloc] for arr in minfo)
                         col = e // BK
                     else:
                         krow = e // BM
-                        base, iy0, ix0 = mine
+                        base, outside = mine
                         col = e % BM
                     krow = np.where(ok, krow, 0)
                     t = table[kbase + krow]            # IndexError = out-of-bounds table read
-                    iy = iy0 + t[:, 1]
-                    ix = ix0 + t[:, 2]
-                    inb = ok & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+                    inb = ok & ((t[:, 1].view(np.uint32) & outside) == 0)
                     addr = base + t[:, 0]
                     if np.any(inb):
                         a = addr[inb]

@@ -17,8 +17,8 @@ import numpy as np
 
 from ..resources import cuda_dir, source_hash
 from ..spec import LayerSpec
-from .config import (BIG, INT32_LIMIT, PACK_COLS, PACK_ROWS, DirectConfig, _round_up, flush_terms,
-                     resource_ok)
+from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
+                     _round_up, flush_terms, resource_ok)
 from ..tuning import current_gpu_key
 from .model import heuristic_config
 
@@ -27,13 +27,30 @@ from .model import heuristic_config
 # Host-side data: gather table and packed filters (shared by GPU path and emulation)
 # ---------------------------------------------------------------------------
 
+def tap_bits(r, s):
+    """Tap bits of filter row r and column s (the table's second column)."""
+    return (np.left_shift(1, r) | np.left_shift(1, TAP_COL_BIT + np.asarray(s))).astype(np.uint32)
+
+
+def outside_taps(iy0, ix0, spec: LayerSpec):
+    """Per pixel window origin: the tap bits of the filter rows / columns outside the
+    image, plus TAP_SENTINEL (what the kernel's ``pixel_info`` computes)."""
+    iy0, ix0 = np.asarray(iy0), np.asarray(ix0)
+    out = np.full(np.broadcast(iy0, ix0).shape, TAP_SENTINEL, dtype=np.uint32)
+    for r in range(spec.R):
+        out |= np.where((iy0 + r < 0) | (iy0 + r >= spec.H), np.uint32(1 << r), np.uint32(0))
+    for s in range(spec.S):
+        out |= np.where((ix0 + s < 0) | (ix0 + s >= spec.W), np.uint32(1 << (TAP_COL_BIT + s)), np.uint32(0))
+    return out
+
+
 def build_table(spec: LayerSpec) -> np.ndarray:
-    """int32 [roundup(CRS, 16)][4]: {offset, r, s, 0} of each reduction index kk;
-    rows past CRS have r = s = BIG (always out of bounds, so they read zero)."""
+    """int32 [roundup(CRS, 16)][2]: {offset, tap bits of (r, s)} of each reduction index kk;
+    rows past CRS hold TAP_SENTINEL, which every pixel counts as outside (they read zero)."""
     C, R, S, H, W = spec.C, spec.R, spec.S, spec.H, spec.W
     crs = C * R * S
     rows = _round_up(crs, PACK_ROWS)
-    table = np.zeros((rows, 4), dtype=np.int32)
+    table = np.zeros((rows, 2), dtype=np.int32)
     if spec.layout == "NCHW":          # kk = (c * R + r) * S + s
         c, r, s = np.meshgrid(np.arange(C), np.arange(R), np.arange(S), indexing="ij")
         off = c * (H * W) + r * W + s
@@ -41,10 +58,8 @@ def build_table(spec: LayerSpec) -> np.ndarray:
         r, s, c = np.meshgrid(np.arange(R), np.arange(S), np.arange(C), indexing="ij")
         off = (r * W + s) * C + c
     table[:crs, 0] = off.reshape(-1)
-    table[:crs, 1] = r.reshape(-1)
-    table[:crs, 2] = s.reshape(-1)
-    table[crs:, 1] = BIG
-    table[crs:, 2] = BIG
+    table[:crs, 1] = tap_bits(r.reshape(-1), s.reshape(-1)).view(np.int32)
+    table[crs:, 1] = np.array([TAP_SENTINEL], dtype=np.uint32).view(np.int32)[0]
     return table
 
 
@@ -146,17 +161,25 @@ def _as_cupy(a, what: str):
     raise ValueError(f"{what} must be a CuPy array (or a DLPack GPU tensor), got {type(a).__name__}")
 
 
+def check_spec(spec: LayerSpec) -> None:
+    """ValueError for a layer the direct kernel cannot run (checked before any launch)."""
+    M = spec.N * spec.out_h * spec.out_w
+    if spec.N * spec.C * spec.H * spec.W >= INT32_LIMIT or M * spec.K >= INT32_LIMIT:
+        raise ValueError(f"tensors over {INT32_LIMIT} elements are not supported by the direct "
+                         "kernel's 32-bit offsets; split the batch")
+    if spec.R > MAX_FILTER or spec.S > MAX_FILTER:
+        raise ValueError(f"the direct kernel takes filters up to {MAX_FILTER}x{MAX_FILTER} "
+                         f"(its gather marks each filter row and column with one bit), got {spec.R}x{spec.S}")
+    if -(-spec.K // 32) > 65535:
+        raise ValueError(f"K={spec.K} is too large for the direct kernel's grid")
+
+
 def _validate(x, w, stride, padding, layout) -> LayerSpec:
     if str(getattr(x, "dtype", None)) != "float32" or str(getattr(w, "dtype", None)) != "float32":
         raise ValueError(f"direct convolution is float32 only, got input {getattr(x, 'dtype', None)} "
                          f"and filter {getattr(w, 'dtype', None)}")
     spec = _spec_from(tuple(x.shape), tuple(w.shape), stride, padding, layout)
-    M = spec.N * spec.out_h * spec.out_w
-    if x.size >= INT32_LIMIT or M * spec.K >= INT32_LIMIT:
-        raise ValueError(f"tensors over {INT32_LIMIT} elements are not supported by the direct "
-                         "kernel's 32-bit offsets; split the batch")
-    if -(-spec.K // 32) > 65535:
-        raise ValueError(f"K={spec.K} is too large for the direct kernel's grid")
+    check_spec(spec)
     return spec
 
 
@@ -209,7 +232,7 @@ def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
     crs = spec.C * spec.R * spec.S
     i32 = np.int32
     grid = (-(-M // cfg.BM), -(-spec.K // cfg.BN), 1)
-    args = (x, wt, table, y, i32(spec.C), i32(spec.H), i32(spec.W), i32(spec.K),
+    args = (x, wt, table, y, i32(spec.C), i32(spec.H), i32(spec.W), i32(spec.K), i32(spec.R), i32(spec.S),
             i32(spec.out_h), i32(spec.out_w), i32(M), i32(spec.stride), i32(spec.padding),
             i32(-(-crs // cfg.BK)), i32(wt.shape[1]), i32(vector_x(spec, int(x.data.ptr))))
     kern(grid, (cfg.threads, 1, 1), args)
