@@ -1,6 +1,6 @@
 // GEMM task (group g, j = position * k_blocks + K block):
 //   M[p][rows of g][K block] = V[p][rows of g][:] @ U[p][:][K block]
-// Mirrors megawino/stages/gemm.py.  float32 FFMA only.
+// Mirrors megawino/stages/gemm.py.  float32 FFMA (the opt-in MW_GEMM_TF32X3 build: 3xTF32 tensor cores).
 //
 // Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 variant),
 // 256 threads, register micro-tile 8 x 4 (4 x 4), BK = 16, GEMM_STAGES-deep
@@ -27,7 +27,14 @@ constexpr int GEMM_BN = 64;
 constexpr int GEMM_BK = 16;
 constexpr int GEMM_STAGES = 3;
 constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
-constexpr int GEMM_BS_STRIDE = GEMM_BN;
+// MW_GEMM_TF32X3 (opt-in experiment, bench/NOTES.md 25): the tile's products on tensor cores
+// as three TF32 MMAs (big*big + big*small + small*big of each operand's TF32 split).  Its B
+// fragment reads 4 k rows x 8 columns per warp instruction: a row stride of 72 floats puts
+// them in 32 distinct banks (64 would be a 4-way conflict).
+#ifndef MW_GEMM_TF32X3
+#define MW_GEMM_TF32X3 0
+#endif
+constexpr int GEMM_BS_STRIDE = MW_GEMM_TF32X3 ? GEMM_BN + 8 : GEMM_BN;
 
 static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
 static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
@@ -52,6 +59,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// x = big + small, both TF32 bit patterns (low 13 mantissa bits zero): big rounds x to nearest
+// (ties away, as cvt.rna.tf32.f32, in two integer ops: x is finite), small = x - big (exact in
+// fp32) truncated.  big*big + big*small + small*big carry x*y to about 2^-21 relative
+// (small*small is dropped).
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
+  big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+  small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
+}
+// d += a (16 x 8, row) * b (8 x 8, col) on the tensor cores.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // One (MI*16) x 64 output tile: rows [row0, row0 + MI*16) of Vp / Mp, columns
 // [col0, col0 + 64) of Up / Mp, columns >= col_end predicated off.
 template <int MI>
@@ -65,8 +88,10 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
   const int tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
+#if !MW_GEMM_TF32X3
   const int tr = (warp >> 1) * 4 + (lane >> 3);   // 0..15
   const int tc = (warp & 1) * 8 + (lane & 7);     // 0..15
+#endif
 
   // Copy assignments (fixed per thread).
   int a_row[A_PER_THREAD], a_ch[A_PER_THREAD];
@@ -98,11 +123,26 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
                ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
 
+#if MW_GEMM_TF32X3
+  // Warp tile: one m16 row block x NT n8 column blocks of m16n8k8 (16 x 64 for 128-row tiles,
+  // 16 x 32 for 64-row tiles): one A fragment per k step keeps the registers under the cap.
+  constexpr int WARPS_M = ROWS / 16;
+  constexpr int NT = GEMM_BN / 8 / (BLOCK_THREADS / 32 / WARPS_M);
+  static_assert(WARPS_M * (GEMM_BN / (8 * NT)) * 32 == BLOCK_THREADS, "warp grid covers the tile");
+  const int g = lane >> 2, t4 = lane & 3;
+  const int warp_row = (warp % WARPS_M) * 16, warp_col = (warp / WARPS_M) * (8 * NT);
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+#else
   float acc[MI][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+#endif
 
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
@@ -121,6 +161,36 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
     const int stage = kt % GEMM_STAGES;
     const float* As = sm.A[stage];
     const float* Bs = sm.B[stage];
+#if MW_GEMM_TF32X3
+    // Each m16 x n8 tile's k-tile sum starts from zero and is added to acc with one FADD:
+    // the tensor core's accumulation (not round-to-nearest) then only spans BK terms.
+    constexpr int K8 = GEMM_BK / 8;
+    unsigned a_big[K8][4], a_small[K8][4];
+#pragma unroll
+    for (int q = 0; q < K8; ++q) {
+      const float* ap = As + (warp_row + g) * GEMM_AS_STRIDE + 8 * q + t4;
+      split_tf32(ap[0], a_big[q][0], a_small[q][0]);
+      split_tf32(ap[8 * GEMM_AS_STRIDE], a_big[q][1], a_small[q][1]);
+      split_tf32(ap[4], a_big[q][2], a_small[q][2]);
+      split_tf32(ap[8 * GEMM_AS_STRIDE + 4], a_big[q][3], a_small[q][3]);
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int q = 0; q < K8; ++q) {
+        const float* bp = Bs + (8 * q + t4) * GEMM_BS_STRIDE + warp_col + 8 * j + g;
+        unsigned b_big[2], b_small[2];
+        split_tf32(bp[0], b_big[0], b_small[0]);
+        split_tf32(bp[4 * GEMM_BS_STRIDE], b_big[1], b_small[1]);
+        mma_tf32(part, a_small[q], b_big);
+        mma_tf32(part, a_big[q], b_small);
+        mma_tf32(part, a_big[q], b_big);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(acc[j][e], part[e]);
+    }
+#else
 #pragma unroll
     for (int kk = 0; kk < GEMM_BK; kk += 4) {
       float4 a[MI], b[4];
@@ -142,10 +212,24 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
         }
       }
     }
+#endif
   }
   cp_async_wait<0>();
   __syncthreads();   // shared memory free for the next tile / task
 
+#if MW_GEMM_TF32X3
+  // C fragment: rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each n8 block.  col_end
+  // is a multiple of K_ALIGN (4), so a column pair is wholly inside or wholly outside.
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = col0 + warp_col + 8 * j + 2 * t4;
+    if (col < col_end) {
+      float* dst = Mp + (row0 + warp_row + g) * k_stride + col;
+      *reinterpret_cast<float2*>(dst) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[j][2], acc[j][3]);
+    }
+  }
+#else
   if (col0 + tc * 4 < col_end) {
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
@@ -153,6 +237,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
       *reinterpret_cast<float4*>(dst) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
     }
   }
+#endif
 }
 
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {

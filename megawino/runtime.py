@@ -14,6 +14,7 @@ compile-time variants.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -60,12 +61,25 @@ _MODULES: dict = {}
 _LOCK = threading.Lock()
 
 
+EXTRA_DEFINES_ENV = "MEGAWINO_CUDA_DEFINES"
+
+
+def extra_defines() -> tuple[str, ...]:
+    """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
+    compile: how an opt-in CUDA variant (bench/NOTES.md) runs under the tests and bench scripts."""
+    tokens = tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split())
+    bad = [t for t in tokens if not t.startswith("-D")]
+    if bad:
+        raise ValueError(f"{EXTRA_DEFINES_ENV} takes -DNAME[=VALUE] options only, got {bad}")
+    return tokens
+
+
 def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
     opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
             f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}"]
     if trace:
         opts.append("-DMW_TRACE")
-    return tuple(opts)
+    return tuple(opts) + extra_defines()
 
 
 def module(kind: str, m: int, layout: str, trace: bool = False):
@@ -73,7 +87,7 @@ def module(kind: str, m: int, layout: str, trace: bool = False):
     ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
     if kind not in KERNEL_KINDS:
         raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
-    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash())
+    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash(), extra_defines())
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
