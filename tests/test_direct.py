@@ -324,8 +324,9 @@ def test_emulation_flush_chunks(layout):
 
 
 def test_flush_threshold():
-    assert flush_terms(LayerSpec(N=1, C=113, K=1, H=3, W=3)) == 0           # 1017 terms
-    assert flush_terms(LayerSpec(N=1, C=114, K=1, H=3, W=3)) == direct.FLUSH_TERMS
+    assert direct.FLUSH_MIN_CRS == 2048
+    assert flush_terms(LayerSpec(N=1, C=227, K=1, H=3, W=3)) == 0           # 2043 terms
+    assert flush_terms(LayerSpec(N=1, C=228, K=1, H=3, W=3)) == direct.FLUSH_TERMS
 
 
 def test_emulation_random_shapes_heuristic_config():

@@ -29,17 +29,21 @@ MAX_FILTER = TAP_COL_BIT   # largest R and S the tap bits can describe
 INT32_LIMIT = 2**31 - 2**24   # element count limit of x and y (32-bit offsets in the kernel)
 PACK_ROWS = 16           # CRS is padded to a multiple of this (every BK divides it)
 PACK_COLS = 128          # K is padded to a multiple of this (every BN divides it)
-FLUSH_TERMS = 256        # reduction terms per partial sum when flushing (MW_DIRECT_FLUSH_TERMS)
-FLUSH_MIN_CRS = 1024     # flush only when C*R*S exceeds this
+FLUSH_TERMS = 512        # reduction terms per partial sum when flushing (MW_DIRECT_FLUSH_TERMS)
+FLUSH_MIN_CRS = 2048     # flush only when C*R*S exceeds this
 MAX_STAGES = 4           # deepest cp.async ring (MW_DIRECT_STAGES)
 STAGE_SMEM_BUDGET = 40 * 1024   # static shared memory the ring may use (the static limit is 48 KB)
 
 
 def flush_terms(spec: LayerSpec) -> int:
-    """MW_DIRECT_FLUSH_TERMS for a layer.  One float32 FMA chain of n terms has a
-    relative L2 error near 2^-24 * sqrt(n / 2) (about 6e-7 at n = 1024, 2e-6 at
-    14700); above FLUSH_MIN_CRS the kernel sums chunks of FLUSH_TERMS and adds the
-    chunk sums into y (about 3e-7 at any n)."""
+    """MW_DIRECT_FLUSH_TERMS for a layer.  One float32 FMA chain of n terms of zero-mean data
+    has a relative L2 error near 0.30 * 2^-24 * sqrt(n): measured on the H100 (alexnet.conv2,
+    n = 1600: 6.95e-7) and in a NumPy model of the chain (7.1e-7 at 1600, 8.1e-7 at 2048,
+    9.8e-7 at 3000; bench/NOTES.md 26).  Up to FLUSH_MIN_CRS terms that stays under 1e-6
+    with a margin; above it the kernel sums chunks of FLUSH_TERMS (about 4e-7 each) and adds
+    the chunk sums into y.  A flush costs a pipeline drain and a read-modify-write of the
+    block's outputs (alexnet.conv2: 740 us unflushed, 930 with 512-term and 1013 with
+    256-term chunks), so it is used only where the error needs it."""
     return FLUSH_TERMS if spec.C * spec.R * spec.S > FLUSH_MIN_CRS else 0
 
 
