@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -221,6 +222,16 @@ def test_help_and_import_without_gpu_libraries():
             f"sys.path.insert(0, {str(BENCH)!r}); import compare, common; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")
+                                           if "__main__" in p.read_text(encoding="utf-8")))
+def test_every_bench_script_answers_help_without_a_gpu(script):
+    """Each bench script parses its arguments before it needs a device (a broken import or
+    argparse setup shows here, on the CPU CI, not in a device call)."""
+    r = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0 and "usage:" in r.stdout, r.stderr[-2000:]
 
 
 def test_main_without_gpu_writes_error_json(tmp_path, monkeypatch):
