@@ -115,8 +115,7 @@ def main(argv=None):
             if "gemm_k_per_task" in over:
                 over["gemm_k_per_task"] = min(over["gemm_k_per_task"], -(-spec.K // 4) * 4)
             params = dataclasses.replace(base, **over)
-            # keep_intermediates: V and M are compared across variants and the stages re-launched.
-            nf = megawino.plan(spec, params=params, algo="nonfused", keep_intermediates=True)
+            nf = megawino.plan(spec, params=params, algo="nonfused")
             mod = build("nonfused", spec, defines)
             f = stage_launcher(nf, mod, TaskType.FILTER, w)
             fi = stage_launcher(nf, mod, TaskType.INPUT, x)

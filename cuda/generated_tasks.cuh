@@ -60,7 +60,6 @@ struct Params {
   long long num_tasks;
   long long num_counters;
   long long timeout_ns;  // watchdog limit of one wait
-  long long discard;  // 1: drop dead V / M lines from the L2 without write-back (cuda/l2_discard.cuh)
 };
 
 // Scheduler state words (megawino/abi.py STATE_LINES), one per 128-byte line.

@@ -47,7 +47,6 @@
 #include "input_transform.cuh"
 #include "gemm.cuh"
 #include "output_transform.cuh"
-#include "l2_discard.cuh"
 
 static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS,
               "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
@@ -87,7 +86,6 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     }
     __syncthreads();
     if (threadIdx.x == 0) sched_signal(p, slot);
-    discard_dead_inputs<(MW_M + 2) * (MW_M + 2)>(p, type, group, index);
   }
   sched_exit(p, &s_last);
 }

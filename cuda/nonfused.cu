@@ -8,7 +8,6 @@
 #include "filter_transform.cuh"
 #include "input_transform.cuh"
 #include "gemm.cuh"
-#include "l2_discard.cuh"
 #include "output_transform.cuh"
 
 namespace mw {
@@ -50,14 +49,10 @@ mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   __shared__ __align__(16) mw::GemmSmem smem;
   const int* rec = mw::task_record(*params, first_task);
   mw::gemm_task(*params, smem, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
-  __syncthreads();
-  mw::discard_dead_inputs<(MW_M + 2) * (MW_M + 2)>(*params, mw::TASK_GEMM, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
 }
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task) {
   const int* rec = mw::task_record(*params, first_task);
   mw::output_transform_default<MW_M, MW_NHWC != 0>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
-  __syncthreads();
-  mw::discard_dead_inputs<(MW_M + 2) * (MW_M + 2)>(*params, mw::TASK_OUTPUT, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
 }

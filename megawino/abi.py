@@ -30,7 +30,6 @@ PARAM_FIELDS = (
     ("output_k_per_task", ""), ("filter_pairs_per_task", ""),
     ("num_tasks", ""), ("num_counters", ""),
     ("timeout_ns", "watchdog limit of one wait"),
-    ("discard", "1: drop dead V / M lines from the L2 without write-back (cuda/l2_discard.cuh)"),
 )
 
 # Scheduler state: one word per 128-byte line, in this order.

@@ -158,8 +158,7 @@ class Plan:
     scheduler state, allocated once.  ``plan(x, w)`` runs the layer."""
 
     def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
-                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False,
-                 keep_intermediates: bool = False):
+                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False):
         cupy = _cupy()
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
@@ -228,8 +227,6 @@ class Plan:
             "filter_pairs_per_task": self.params.filter_pairs_per_task,
             "num_tasks": self.graph.num_tasks, "num_counters": lay.num_counters,
             "timeout_ns": int(round(self.timeout_s * 1e9)),
-            # V and M stay readable after a launch only when asked (tests that diff them).
-            "discard": 0 if keep_intermediates else 1,
         }
         fields = [name for name, _ in abi.PARAM_FIELDS]
         assert set(fields) == set(values), sorted(set(fields) ^ set(values))
@@ -355,17 +352,14 @@ class DirectPlan:
 
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
-         timeout_s: float = 2.0, trace: bool = False, keep_intermediates: bool = False):
+         timeout_s: float = 2.0, trace: bool = False):
     """A reusable plan for one layer shape: :class:`Plan` for the Winograd algos
-    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``.  ``keep_intermediates``
-    keeps the plan's U, V and M buffers readable after a launch (else dead V / M lines leave
-    the L2 without a write-back and their contents are undefined)."""
+    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``."""
     if algo == "direct":
-        if params is not None or mapping is not None or trace or keep_intermediates:
-            raise ValueError("algo='direct' takes no task params, mapping, trace or keep_intermediates")
+        if params is not None or mapping is not None or trace:
+            raise ValueError("algo='direct' takes no task params, mapping or trace")
         return DirectPlan(spec)
-    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace,
-                keep_intermediates=keep_intermediates)
+    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace)
 
 
 _PLANS: dict = {}

@@ -521,8 +521,7 @@ def _fake_runtime(wrap, broken=False):
         def check(self):
             self.checks += 1
 
-    return types.SimpleNamespace(ALGOS=("megakernel", "nonfused"),
-                                 plan=lambda spec, algo, keep_intermediates=False: Plan(spec, algo))
+    return types.SimpleNamespace(ALGOS=("megakernel", "nonfused"), plan=lambda spec, algo: Plan(spec, algo))
 
 
 @pytest.fixture

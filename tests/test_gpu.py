@@ -249,7 +249,7 @@ def test_cpu_executor_agrees():
     spec = LayerSpec(2, 12, 20, 11, 9)
     params = TaskParams(m=4, tiles_per_group=64, input_channels_per_task=8, gemm_k_per_task=12,
                         output_k_per_task=8, filter_pairs_per_task=100)
-    p = _plan(spec, params=params, keep_intermediates=True)
+    p = _plan(spec, params=params)
     x, w, xd, wd = _inputs(spec, 9)
     y = _run(p, xd, wd)
     host = executor.execute(p.graph, p.order, x, w)
