@@ -39,6 +39,14 @@ __device__ __forceinline__ TileCoord tile_coord(const Params& p, long long t) {
 #define MW_IN_CW 32
 #endif
 
+// MW_IN_VEC4 (bench/NOTES.md 29): an NCHW F(4x4) window whose columns q0 + 1 .. q0 + 4 start a
+// 16-byte-aligned run inside the image (padding 1, W % 4 == 0: every tile of the suite's large
+// layers) reads each row as one float4 and two scalars instead of six scalars.  The same floats
+// land in d, so the bits do not change.
+#ifndef MW_IN_VEC4
+#define MW_IN_VEC4 1
+#endif
+
 // d = alpha x alpha window of channel c at (r0, q0); zeros outside the image or where !valid.
 template <int A, bool NHWC>
 __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc, int c, int r0, int q0,
@@ -52,6 +60,29 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
   const float* base = NHWC
       ? x + ((static_cast<long long>(tc.n) * H + r0) * W + q0) * C + c
       : x + ((static_cast<long long>(tc.n) * C + c) * H + r0) * W + q0;
+  if constexpr (!NHWC && A == 6 && MW_IN_VEC4) {
+    const bool vec = (W & 3) == 0 && (reinterpret_cast<unsigned long long>(base + 1) & 15ull) == 0 &&
+                     (cm & 0x1Eu) == 0x1Eu;
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < A; ++i) {
+        const float* row = base + i * row_stride;
+        if (static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H)) {
+          const float4 mid = __ldg(reinterpret_cast<const float4*>(row + 1));
+          d[i * A + 0] = cm & 1u ? __ldg(row) : 0.0f;
+          d[i * A + 1] = mid.x;
+          d[i * A + 2] = mid.y;
+          d[i * A + 3] = mid.z;
+          d[i * A + 4] = mid.w;
+          d[i * A + 5] = (cm >> 5) & 1u ? __ldg(row + 5) : 0.0f;
+        } else {
+#pragma unroll
+          for (int j = 0; j < A; ++j) d[i * A + j] = 0.0f;
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < A; ++i) {
     const unsigned m = static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H) ? cm : 0u;
