@@ -153,6 +153,16 @@ class MappingError(ValueError):
     """A ticket order the megakernel must not run."""
 
 
+def sequential_equivalent(graph: TaskGraph) -> MappingParams | None:
+    """Interleaving parameters whose order is exactly :func:`sequential_mapping`'s (DIG and DGO
+    past the last ticket, M = 1: every GEMM waits behind all inputs and every output behind all
+    GEMMs), or None if they do not reproduce it.  This lets a tuned table, which stores
+    MappingParams, hold the sequential order when that is the fastest one."""
+    params = MappingParams(graph.num_tasks, graph.num_tasks, 1)
+    same = np.array_equal(build_interleaved(graph, params).order, sequential_mapping(graph))
+    return params if same else None
+
+
 def validate_mapping(graph: TaskGraph, order) -> None:
     """Raise MappingError naming the first offending ticket: a task id out of range,
     repeated or missing, or a child at an earlier ticket than one of its parents."""

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from megawino.mapping import (MappingError, MappingParams, build_interleaved,
-                              dependency_distances, sequential_mapping, validate_mapping)
+                              dependency_distances, sequential_equivalent, sequential_mapping,
+                              validate_mapping)
 from megawino.spec import LayerSpec
 from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType, build_graph
 
@@ -80,6 +81,14 @@ def test_sequential_is_fig3a():
     validate_mapping(graph, order)
     types = graph.types[order]
     assert (np.diff(types) >= 0).all()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sequential_equivalent_reproduces_the_sequential_order(seed):
+    graph, _ = random_case(np.random.default_rng(1000 + seed))
+    params = sequential_equivalent(graph)
+    assert params is not None and params.m == 1
+    assert np.array_equal(build_interleaved(graph, params).order, sequential_mapping(graph))
 
 
 def test_validator_names_first_offending_ticket():

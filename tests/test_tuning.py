@@ -72,6 +72,9 @@ def test_summary_of_a_table():
     table = {"layers": {"a": {"speedup_vs_sequential": 1.2, "speedup_vs_default": 1.1,
                               "simulator_error": 0.1},
                         "b": {"speedup_vs_sequential": 0.9, "speedup_vs_default": 1.0,
-                              "simulator_error": 0.2}}}
+                              "simulator_error": 0.2},
+                        "c": {"speedup_vs_sequential": 1.0, "speedup_vs_default": 1.0,
+                              "simulator_error": 0.1, "sequential_order": True}}}
     s = summary(table)
-    assert s["beat_sequential"] == 1 and abs(s["geomean_speedup_vs_default"] - 1.1 ** 0.5) < 1e-9
+    assert s["beat_sequential"] == 1 and s["sequential_is_best"] == 1 and s["layers"] == 3
+    assert abs(s["geomean_speedup_vs_default"] - 1.1 ** (1 / 3)) < 1e-9
