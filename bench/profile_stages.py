@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import megawino
-from megawino import runtime, suite
+from megawino import nvrtc, suite
 from megawino.tasks import TaskType, default_params
 
 
@@ -50,8 +50,8 @@ def build(kind, spec, extra):
     key = (kind, spec.layout, extra)
     if key in _MODS:
         return _MODS[key]
-    opts = runtime.compile_options(4, spec.layout, False) + tuple(extra.split())
-    code = (runtime.cuda_dir() / f"{kind}.cu").read_text()
+    opts = nvrtc.compile_options(4, spec.layout, False) + tuple(extra.split())
+    code = (nvrtc.cuda_dir() / f"{kind}.cu").read_text()
     _MODS[key] = cp.RawModule(code=code, options=opts)
     return _MODS[key]
 
@@ -83,7 +83,7 @@ def stage_launcher(plan, mod, ttype, arr=None):
     fn = mod.get_function(f"mw_{names[ttype]}_kernel")
     first, count = plan._type_range[ttype]
     args = (plan._pbuf,) + (() if ttype == TaskType.GEMM else (arr,)) + (np.int32(first),)
-    return lambda: fn((count,), (runtime.BLOCK_THREADS,), args)
+    return lambda: fn((count,), (nvrtc.BLOCK_THREADS,), args)
 
 
 def main(argv=None):
@@ -145,13 +145,13 @@ def main(argv=None):
             if args.mega:
                 mm = build("megakernel", spec, defines)
                 fn = mm.get_function("mw_megakernel")
-                bps = runtime.blocks_per_sm(fn)
+                bps = nvrtc.blocks_per_sm(fn)
                 from megawino import tuning
                 mp = tuning.default_mapping_params(nf.layout, sms * bps)
                 mega = megawino.plan(spec, params=params, mapping=mp)
                 grid = max(1, min(mega.graph.num_tasks, sms * bps))
                 ym = cp.full(spec.output_shape, np.nan, dtype=cp.float32)
-                run = lambda: fn((grid,), (runtime.BLOCK_THREADS,), (mega._pbuf, x, w, ym))  # noqa: E731
+                run = lambda: fn((grid,), (nvrtc.BLOCK_THREADS,), (mega._pbuf, x, w, ym))  # noqa: E731
                 run()
                 mega.check()
                 row["mega_same_as_nonfused"] = bool(cp.array_equal(ym, y))

@@ -131,18 +131,15 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   static_assert(WARPS_M * (GEMM_BN / (8 * NT)) * 32 == BLOCK_THREADS, "warp grid covers the tile");
   const int g = lane >> 2, t4 = lane & 3;
   const int warp_row = (warp % WARPS_M) * 16, warp_col = (warp / WARPS_M) * (8 * NT);
-  float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  constexpr int ACC_ROWS = NT;   // acc[j]: the C fragment of n8 block j
 #else
-  float acc[MI][4];
+  constexpr int ACC_ROWS = MI;   // acc[i]: row tr + 16 i, columns tc * 4 + [0, 4)
+#endif
+  float acc[ACC_ROWS][4];
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+  for (int i = 0; i < ACC_ROWS; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-#endif
 
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {

@@ -93,6 +93,20 @@ __device__ __forceinline__ void output_item(int w, int tpg, int k0, long long t_
   t = t_base + tl;
 }
 
+// body(kb, t, src) for every lane slot of an output task that lands on a real tile and channel:
+// kb its first channel, t its tile, src = &M[position 0][t][kb].  Both lane maps loop through this.
+template <int CW, int CPT, int LPT, class Body>
+__device__ __forceinline__ void for_each_output_item(const Params& p, const OutputItems& o, Body&& body) {
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+  for (int w = threadIdx.x; w < o.items; w += blockDim.x) {
+    int kb;
+    long long t;
+    output_item<CW, CPT, LPT>(w, o.tpg, o.k0, o.t_base, kb, t);
+    if (kb >= o.k1 || t >= p.tiles) continue;
+    body(kb, t, Mb + t * o.ks + kb);
+  }
+}
+
 template <int M, bool NHWC, int CPT, int CW>
 __device__ __forceinline__ void output_transform_task_v2(const Params& p, float* y, int group,
                                                          int index) {
@@ -100,16 +114,12 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
   constexpr int AA = A * A;
   constexpr int LPT = CW / CPT;
   static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const auto [tpg, K, k0, k1, nkg, items, ks, t_base, plane] = output_items<CW, LPT>(p, group, index);
-  const bool vec = CPT > 1 && (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+  const OutputItems o = output_items<CW, LPT>(p, group, index);
+  const int k1 = o.k1;
+  const long long plane = o.plane;
+  const bool vec = CPT > 1 && (o.k0 % CPT) == 0 && ((k1 - o.k0) % CPT) == 0;
 
-  for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    int kb;
-    long long t;
-    output_item<CW, CPT, LPT>(w, tpg, k0, t_base, kb, t);
-    if (kb >= k1 || t >= p.tiles) continue;
-    const float* src = Mb + t * ks + kb;
+  for_each_output_item<CW, CPT, LPT>(p, o, [&](int kb, long long t, const float* src) {
     float mm[CPT][AA];
     if (vec) {
 #pragma unroll
@@ -135,7 +145,7 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
     for (int ci = 0; ci < CPT; ++ci) {
       if (kb + ci < k1) output_store_channel<M, NHWC>(p, y, mm[ci], tc, kb + ci);
     }
-  }
+  });
 }
 
 // Per-thread private slots in shared memory (bench/NOTES.md experiment 8): slot q of a thread
@@ -170,17 +180,13 @@ __device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, flo
   constexpr int CPT = 2;
   constexpr int LPT = CW / CPT;
   static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const auto [tpg, K, k0, k1, nkg, items, ks, t_base, plane] = output_items<CW, LPT>(p, group, index);
-  const bool vec = (k0 % CPT) == 0 && ((k1 - k0) % CPT) == 0;
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+  const OutputItems o = output_items<CW, LPT>(p, group, index);
+  const int k1 = o.k1;
+  const long long plane = o.plane;
+  const bool vec = (o.k0 % CPT) == 0 && ((k1 - o.k0) % CPT) == 0;
   const unsigned sa = smem_addr(sbuf) + threadIdx.x * 4u;
 
-  for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    int kb;
-    long long t;
-    output_item<CW, CPT, LPT>(w, tpg, k0, t_base, kb, t);
-    if (kb >= k1 || t >= p.tiles) continue;
-    const float* src = Mb + t * ks + kb;
+  for_each_output_item<CW, CPT, LPT>(p, o, [&](int kb, long long t, const float* src) {
     float mm[AA];
     if (vec) {
       float hi[AA];
@@ -206,7 +212,7 @@ __device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, flo
       for (int q = 0; q < AA; ++q) mm[q] = lds_f32(sa + q * (NT * 4));
       output_store_channel<M, NHWC>(p, y, mm, tc, kb + 1);
     }
-  }
+  });
 }
 
 template <int M, bool NHWC>

@@ -1,5 +1,5 @@
-"""GPU runtime: compile the CUDA sources with NVRTC (through CuPy), plan a layer,
-run it as the persistent megakernel or as the four non-fused kernels.
+"""GPU runtime: plan a layer and run it as the persistent megakernel or as the four
+non-fused kernels (compiled by :mod:`megawino.nvrtc`), or on the direct path.
 
 Nothing here touches CUDA at import time; CuPy is imported on first use.
 
@@ -14,9 +14,6 @@ compile-time variants.
 """
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 
 from . import abi
@@ -24,93 +21,18 @@ from . import mapping as mapping_mod
 from .resources import cuda_dir, source_hash
 from .spec import LayerSpec
 from . import tuning
+from .nvrtc import (BLOCK_THREADS, KERNEL_KINDS, as_cupy, blocks_per_sm, cupy_module as _cupy,
+                    gpu_available, module)
 from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph
 
 __all__ = ["plan", "conv2d", "Plan", "DirectPlan", "gpu_available", "cuda_dir", "source_hash"]
 
-BLOCK_THREADS = 256
-KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
 ALGOS = KERNEL_KINDS + ("direct",)
-
-
-def gpu_available() -> bool:
-    """True when CuPy is installed and sees a CUDA device."""
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return bool(cupy.is_available())
-    except Exception:  # driver missing or broken
-        return False
-
-
-def _cupy():
-    try:
-        import cupy
-    except ImportError as err:  # pragma: no cover - depends on the machine
-        raise RuntimeError("megawino's GPU runtime needs CuPy (pip install cupy-cuda13x)") from err
-    return cupy
-
-
-# ---------------------------------------------------------------------------
-# Compilation (NVRTC via CuPy), cached per variant
-# ---------------------------------------------------------------------------
-
-_MODULES: dict = {}
-_LOCK = threading.Lock()
-
-
-EXTRA_DEFINES_ENV = "MEGAWINO_CUDA_DEFINES"
-
-
-def extra_defines() -> tuple[str, ...]:
-    """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
-    compile: how an opt-in CUDA variant (bench/NOTES.md) runs under the tests and bench scripts."""
-    tokens = tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split())
-    bad = [t for t in tokens if not t.startswith("-D")]
-    if bad:
-        raise ValueError(f"{EXTRA_DEFINES_ENV} takes -DNAME[=VALUE] options only, got {bad}")
-    return tokens
-
-
-def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
-    opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
-            f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}"]
-    if trace:
-        opts.append("-DMW_TRACE")
-    return tuple(opts) + extra_defines()
-
-
-def module(kind: str, m: int, layout: str, trace: bool = False):
-    """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
-    ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
-    if kind not in KERNEL_KINDS:
-        raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
-    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash(), extra_defines())
-    with _LOCK:
-        mod = _MODULES.get(key)
-        if mod is None:
-            cupy = _cupy()
-            code = (cuda_dir() / f"{kind}.cu").read_text()
-            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3]))
-            _MODULES[key] = mod
-    return mod
 
 
 def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
     return tuning.current_gpu_key()
-
-
-def _kernel_ptr(fn) -> int:
-    inner = getattr(fn, "kernel", fn)
-    return int(inner.ptr)
-
-
-def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:
-    from cupy_backends.cuda.api import driver
-    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(_kernel_ptr(fn), threads, dynamic_smem))
 
 
 # ---------------------------------------------------------------------------
@@ -365,14 +287,6 @@ def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: 
 _PLANS: dict = {}
 
 
-def _as_cupy(cupy, arr, name):
-    if isinstance(arr, cupy.ndarray):
-        return arr
-    if hasattr(arr, "__dlpack__"):
-        return cupy.from_dlpack(arr)
-    raise ValueError(f"{name} must be a CuPy array or support __dlpack__, got {type(arr).__name__}")
-
-
 def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW"):
     """Convolution (cross-correlation) on the GPU.  ``x`` is [N][C][H][W] (NCHW) or
     [N][H][W][C] (NHWC), ``w`` is [K][C][R][S]; returns a CuPy array in the same layout.
@@ -381,8 +295,8 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
     cupy = _cupy()
     if algo not in ("auto",) + ALGOS:
         raise ValueError(f"algo must be one of {('auto',) + ALGOS}, got {algo!r}")
-    x = _as_cupy(cupy, x, "x")
-    w = _as_cupy(cupy, w, "w")
+    x = as_cupy(x, "x")
+    w = as_cupy(w, "w")
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"x and w must be 4-D, got x{tuple(x.shape)} and w{tuple(w.shape)}")
     if layout == "NCHW":

@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 
+from ..nvrtc import as_cupy
 from ..resources import cuda_dir, source_hash
 from ..spec import LayerSpec
 from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
@@ -151,16 +152,6 @@ def _device_table(spec: LayerSpec):
     return tab
 
 
-def _as_cupy(a, what: str):
-    import cupy
-
-    if isinstance(a, cupy.ndarray):
-        return a
-    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
-        return cupy.from_dlpack(a)
-    raise ValueError(f"{what} must be a CuPy array (or a DLPack GPU tensor), got {type(a).__name__}")
-
-
 def check_spec(spec: LayerSpec) -> None:
     """ValueError for a layer the direct kernel cannot run (checked before any launch)."""
     M = spec.N * spec.out_h * spec.out_w
@@ -194,8 +185,8 @@ def conv2d_direct(x, w, stride: int = 1, padding: int = 0, layout: str = "NCHW",
     spec = _validate(x, w, stride, padding, layout)
     import cupy
 
-    x = _as_cupy(x, "input")
-    w = _as_cupy(w, "filter")
+    x = as_cupy(x, "input")
+    w = as_cupy(w, "filter")
     nhwc = layout == "NHWC"
     if config is None:
         config = heuristic_config(spec, gpu=_current_gpu())
@@ -206,7 +197,7 @@ def conv2d_direct(x, w, stride: int = 1, padding: int = 0, layout: str = "NCHW",
         raise ValueError(f"config {config.key} does not pass the resource filter for {layout}"
                          f"{' with flush' if flush else ''}")
     if out is not None:
-        out = _as_cupy(out, "out")
+        out = as_cupy(out, "out")
         if tuple(out.shape) != spec.output_shape or str(out.dtype) != "float32" \
                 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape {spec.output_shape}")

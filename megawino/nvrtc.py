@@ -1,0 +1,99 @@
+"""CuPy access, NVRTC compilation of the Winograd modules (``cuda/megakernel.cu``,
+``cuda/nonfused.cu``) cached per compile-time variant, and their occupancy.
+
+Nothing here touches CUDA at import time; CuPy is imported on first use.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from .resources import cuda_dir, source_hash
+
+BLOCK_THREADS = 256
+KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees a CUDA device."""
+    try:
+        import cupy
+    except ImportError:
+        return False
+    try:
+        return bool(cupy.is_available())
+    except Exception:  # driver missing or broken
+        return False
+
+
+def cupy_module():
+    """The cupy module, or a RuntimeError that says how to install it."""
+    try:
+        import cupy
+    except ImportError as err:  # pragma: no cover - depends on the machine
+        raise RuntimeError("megawino's GPU runtime needs CuPy (pip install cupy-cuda13x)") from err
+    return cupy
+
+
+def as_cupy(arr, name: str):
+    """``arr`` as a CuPy array: CuPy arrays as they are, DLPack GPU tensors through
+    ``cupy.from_dlpack``; anything else (NumPy arrays included) is a ValueError."""
+    cupy = cupy_module()
+    if isinstance(arr, cupy.ndarray):
+        return arr
+    if hasattr(arr, "__dlpack__") and not isinstance(arr, np.ndarray):
+        return cupy.from_dlpack(arr)
+    raise ValueError(f"{name} must be a CuPy array (or a DLPack GPU tensor), got {type(arr).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# Compilation (NVRTC via CuPy), cached per variant
+# ---------------------------------------------------------------------------
+
+_MODULES: dict = {}
+_LOCK = threading.Lock()
+
+EXTRA_DEFINES_ENV = "MEGAWINO_CUDA_DEFINES"
+
+
+def extra_defines() -> tuple[str, ...]:
+    """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
+    compile: how an opt-in CUDA variant (bench/NOTES.md) runs under the tests and bench scripts."""
+    tokens = tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split())
+    bad = [t for t in tokens if not t.startswith("-D")]
+    if bad:
+        raise ValueError(f"{EXTRA_DEFINES_ENV} takes -DNAME[=VALUE] options only, got {bad}")
+    return tokens
+
+
+def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
+    opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
+            f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}"]
+    if trace:
+        opts.append("-DMW_TRACE")
+    return tuple(opts) + extra_defines()
+
+
+def module(kind: str, m: int, layout: str, trace: bool = False):
+    """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
+    ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
+    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash(), extra_defines())
+    with _LOCK:
+        mod = _MODULES.get(key)
+        if mod is None:
+            cupy = cupy_module()
+            code = (cuda_dir() / f"{kind}.cu").read_text()
+            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3]))
+            _MODULES[key] = mod
+    return mod
+
+
+def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:
+    """Resident blocks per SM of a loaded kernel (the occupancy API)."""
+    from cupy_backends.cuda.api import driver
+    ptr = int(getattr(fn, "kernel", fn).ptr)
+    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(ptr, threads, dynamic_smem))
