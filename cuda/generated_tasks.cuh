@@ -25,6 +25,7 @@ constexpr int CHANNEL_ALIGN = 8;
 constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int COUNTER_STRIDE = 32;
+constexpr int TRANSFORM_MIN_TILES = 16;
 
 
 // Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).
@@ -57,6 +58,8 @@ struct Params {
   long long k_blocks;
   long long output_k_per_task;
   long long filter_pairs_per_task;
+  long long input_tiles_per_task;
+  long long output_tiles_per_task;
   long long num_tasks;
   long long num_counters;
   long long timeout_ns;  // watchdog limit of one wait

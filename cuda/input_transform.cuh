@@ -1,4 +1,5 @@
-// INPUT task (group g, channel chunk): V[:, tiles of g, chunk] = B^T d B for each
+// INPUT task (group g, index -> tile slice and channel chunk, transform_slice below):
+// V[:, tiles of the slice, chunk] = B^T d B for each
 // (tile, channel) of the task, d the alpha x alpha input window at rows
 // th*m - pad + [0, alpha), cols tw*m - pad + [0, alpha), zero outside the image.
 // Padding tiles (t >= tiles) and padding channels (c >= C) get zeros.
@@ -25,6 +26,24 @@ __device__ __forceinline__ TileCoord tile_coord(const Params& p, long long t) {
   tc.th = rest / static_cast<int>(p.tiles_w);
   tc.tw = rest - tc.th * static_cast<int>(p.tiles_w);
   return tc;
+}
+
+// The tiles and the chunk of a transform task: index = chunk * parts + part, parts =
+// tiles_per_group / tiles_per_task (megawino.tasks.Layout.input_slices / output_slices).
+struct TransformSlice {
+  long long t_base;   // first tile
+  int tiles;          // tiles covered (a multiple of TRANSFORM_MIN_TILES)
+  int chunk;          // channel chunk
+};
+__device__ __forceinline__ TransformSlice transform_slice(const Params& p, int group, int index,
+                                                          long long tiles_per_task) {
+  const int tiles = static_cast<int>(tiles_per_task);
+  const int parts = static_cast<int>(p.tiles_per_group) / tiles;
+  TransformSlice s;
+  s.chunk = index / parts;
+  s.tiles = tiles;
+  s.t_base = static_cast<long long>(group) * p.tiles_per_group + static_cast<long long>(index - s.chunk * parts) * tiles;
+  return s;
 }
 
 // Version 2 (default; bench/NOTES.md experiment 4): a thread takes one tile and CPT consecutive
@@ -114,13 +133,14 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
   constexpr int AA = A * A;
   constexpr int LPT = CW / CPT;            // lanes per tile
   static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const int tpg = static_cast<int>(p.tiles_per_group);
+  const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
+  const int tpg = slice.tiles;
   const int per = static_cast<int>(p.input_channels_per_task);
-  const int c0 = index * per;
+  const int c0 = slice.chunk * per;
   const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
   const int ncg = (c1 - c0 + CW - 1) / CW;
   const int items = tpg * ncg * LPT;
-  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long t_base = slice.t_base;
   const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
   const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
   const int pad = static_cast<int>(p.pad);
@@ -193,7 +213,7 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
 // < 32, not in the suite's default mappings) takes the predicated copy.  Same load_window /
 // Wino<M>::bt calls per (tile, channel) as input_transform_task_v2: same bits.  The loop is
 // warp-uniform (whole warp per item; lanes past c1 compute zeros that are never stored); NT
-// threads per block; tiles_per_group is even (a multiple of 64).
+// threads per block; a task's tile count is even (a multiple of TRANSFORM_MIN_TILES).
 __device__ __forceinline__ void st_global(float* ptr, float v) {
   asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
 }
@@ -203,14 +223,14 @@ __device__ __forceinline__ void input_transform_task_lanes(const Params& p, cons
                                                            int index, float* sbuf) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  const int tpg = static_cast<int>(p.tiles_per_group);
+  const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
   const int per = static_cast<int>(p.input_channels_per_task);
-  const int c0 = index * per;
+  const int c0 = slice.chunk * per;
   const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
   const int ncg = (c1 - c0 + 31) >> 5;
-  const int npair = tpg >> 1;
+  const int npair = slice.tiles >> 1;
   const int items = npair * ncg;                          // warp items
-  const long long t_base = static_cast<long long>(group) * tpg;
+  const long long t_base = slice.t_base;
   const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
   const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
   const int pad = static_cast<int>(p.pad);

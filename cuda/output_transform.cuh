@@ -1,4 +1,5 @@
-// OUTPUT task (group g, K chunk): y = A^T M A for the real tiles of g, writes
+// OUTPUT task (group g, index -> tile slice and K chunk, transform_slice): y = A^T M A for
+// the real tiles of the slice, writes
 // masked to out_h x out_w.  Mirrors megawino/stages/output_transform.py.
 // Both layouts: output_transform_default (output_transform_task_v2, lane map below); the
 // megakernel at 2 blocks/SM: output_transform_task_cpt2s (shared-memory parking).
@@ -59,8 +60,9 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
   }
 }
 
-// What an output task covers: tiles of its group, channels [k0, k1) in nkg groups of CW, and
-// items = tpg * nkg * LPT lane slots (LPT lanes per tile); M's stride between positions.
+// What an output task covers: tpg tiles from t_base (its slice of the group), channels [k0, k1)
+// in nkg groups of CW, and items = tpg * nkg * LPT lane slots (LPT lanes per tile); M's stride
+// between positions.
 struct OutputItems {
   int tpg, K, k0, k1, nkg, items, ks;
   long long t_base, plane;
@@ -68,15 +70,16 @@ struct OutputItems {
 template <int CW, int LPT>
 __device__ __forceinline__ OutputItems output_items(const Params& p, int group, int index) {
   OutputItems o;
-  o.tpg = static_cast<int>(p.tiles_per_group);
+  const TransformSlice slice = transform_slice(p, group, index, p.output_tiles_per_task);
+  o.tpg = slice.tiles;
   const int per = static_cast<int>(p.output_k_per_task);
   o.K = static_cast<int>(p.K);
-  o.k0 = index * per;
+  o.k0 = slice.chunk * per;
   o.k1 = min(o.K, o.k0 + per);
   o.nkg = (o.k1 - o.k0 + CW - 1) / CW;
   o.items = o.tpg * o.nkg * LPT;
   o.ks = static_cast<int>(p.k_stride);
-  o.t_base = static_cast<long long>(group) * o.tpg;
+  o.t_base = slice.t_base;
   o.plane = p.tiles_padded * p.k_stride;
   return o;
 }

@@ -28,6 +28,7 @@ PARAM_FIELDS = (
     ("tiles_padded", ""), ("c_stride", ""), ("k_stride", ""),
     ("input_channels_per_task", ""), ("gemm_k_per_task", ""), ("k_blocks", ""),
     ("output_k_per_task", ""), ("filter_pairs_per_task", ""),
+    ("input_tiles_per_task", ""), ("output_tiles_per_task", ""),
     ("num_tasks", ""), ("num_counters", ""),
     ("timeout_ns", "watchdog limit of one wait"),
 )

@@ -147,6 +147,8 @@ class Plan:
             "gemm_k_per_task": self.params.gemm_k_per_task, "k_blocks": lay.k_blocks,
             "output_k_per_task": self.params.output_k_per_task,
             "filter_pairs_per_task": self.params.filter_pairs_per_task,
+            "input_tiles_per_task": self.params.input_tiles_per_task,
+            "output_tiles_per_task": self.params.output_tiles_per_task,
             "num_tasks": self.graph.num_tasks, "num_counters": lay.num_counters,
             "timeout_ns": int(round(self.timeout_s * 1e9)),
         }

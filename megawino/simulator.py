@@ -57,6 +57,7 @@ def task_work(graph) -> tuple[np.ndarray, np.ndarray]:
     """
     layout, p = graph.layout, graph.layout.params
     m, a, t = p.m, p.alpha, p.tiles_per_group
+    t_in, t_out = p.input_tiles_per_task, p.output_tiles_per_task
     types, idx = graph.types.astype(np.int64), graph.field("index").astype(np.int64)
 
     def width(lo, per, total):
@@ -66,15 +67,17 @@ def task_work(graph) -> tuple[np.ndarray, np.ndarray]:
     # Transform tasks: a warp covers LANE_CHANNELS channels, so time follows the channel
     # count rounded up to that (a 16-channel task leaves half the lanes idle).
     lanes = lambda n: np.ceil(n / LANE_CHANNELS) * LANE_CHANNELS  # noqa: E731
-    chans = lanes(width(idx * p.input_channels_per_task, p.input_channels_per_task, layout.c_stride))
+    # Transform task index = chunk * tile parts + part (Layout.input_slices / output_slices).
+    in_chunk, out_chunk = idx // layout.input_tile_parts, idx // layout.output_tile_parts
+    chans = lanes(width(in_chunk * p.input_channels_per_task, p.input_channels_per_task, layout.c_stride))
     kb = idx % layout.k_blocks
     kw = width(kb * p.gemm_k_per_task, p.gemm_k_per_task, layout.k_stride)
-    kch = lanes(width(idx * p.output_k_per_task, p.output_k_per_task, layout.spec.K))
+    kch = lanes(width(out_chunk * p.output_k_per_task, p.output_k_per_task, layout.spec.K))
     c = float(layout.c_stride)
-    flops_by_type = [pairs * 2 * (a * 9 + a * a * 3), t * chans * 4 * a ** 3,
-                     2.0 * t * c * kw, t * kch * 2 * (m * a * a + m * m * a)]
-    bytes_by_type = [pairs * 4 * (9 + a * a), t * chans * 4 * (m * m + a * a),
-                     4.0 * (t * c + c * kw + t * kw), t * kch * 4 * (a * a + m * m)]
+    flops_by_type = [pairs * 2 * (a * 9 + a * a * 3), t_in * chans * 4 * a ** 3,
+                     2.0 * t * c * kw, t_out * kch * 2 * (m * a * a + m * m * a)]
+    bytes_by_type = [pairs * 4 * (9 + a * a), t_in * chans * 4 * (m * m + a * a),
+                     4.0 * (t * c + c * kw + t * kw), t_out * kch * 4 * (a * a + m * m)]
     flops, nbytes = np.zeros(len(types)), np.zeros(len(types))
     for tt in TaskType:
         sel = types == tt

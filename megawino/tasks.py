@@ -52,6 +52,9 @@ LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_I
                          # input_transform.cuh, the output lane map in megakernel.cu): a task with
                          # fewer channels leaves lanes idle and is no faster
 DEFAULT_WORKERS = 264    # 132 SMs x 2 resident megakernel blocks on the H100
+TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
+                          # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
+                          # 256-thread block busy on one 32-channel chunk
 
 
 def _round_up(value: int, align: int) -> int:
@@ -74,6 +77,12 @@ class TaskParams:
     gemm_k_per_task: int = 64           # output channels one GEMM task covers
     output_k_per_task: int = 32         # output channels one output-transform task covers
     filter_pairs_per_task: int = 1024   # (c, k) filter pairs one filter-transform task covers
+    # Tiles one input / output transform task covers: a divisor of tiles_per_group (None: the
+    # whole group).  Splitting a group's tiles over several transform tasks shortens the first
+    # and last phase of small layers, where a handful of long transform tasks kept most blocks
+    # idle (bench/NOTES.md 32).
+    input_tiles_per_task: int | None = None
+    output_tiles_per_task: int | None = None
 
     def __post_init__(self):
         if self.m not in (2, 4):
@@ -87,6 +96,16 @@ class TaskParams:
         if self.gemm_k_per_task % K_ALIGN:
             raise ValueError(f"TaskParams.gemm_k_per_task must be a multiple of {K_ALIGN}, "
                              f"got {self.gemm_k_per_task}")
+        for field in ("input_tiles_per_task", "output_tiles_per_task"):
+            value = getattr(self, field)
+            if value is None:
+                object.__setattr__(self, field, self.tiles_per_group)
+                continue
+            value = _positive_int(f"TaskParams.{field}", value)
+            if value % TRANSFORM_MIN_TILES or self.tiles_per_group % value:
+                raise ValueError(f"TaskParams.{field} must be a multiple of {TRANSFORM_MIN_TILES} "
+                                 f"that divides tiles_per_group ({self.tiles_per_group}), got {value}")
+            object.__setattr__(self, field, value)
 
     @property
     def alpha(self) -> int:
@@ -98,9 +117,10 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
 
     Rule: GEMM tasks of about 128 tiles x min(K, 128) channels; transform tasks of about
     4096 (tile, channel) pairs so each of 256 threads has work, split further (down to
-    LANE_CHANNELS channels, a warp's width) while there are fewer transform tasks than
-    resident workers: on small layers coarse transforms left most blocks idle
-    (densenet161.block3: 48 input tasks of 53 us for 264 workers; bench/NOTES.md 20).
+    LANE_CHANNELS channels, a warp's width, then down to TRANSFORM_MIN_TILES tiles) while
+    there are fewer transform tasks than resident workers: on small layers coarse transforms
+    left most blocks idle (densenet161.block3: 48 input tasks of 53 us for 264 workers;
+    bench/NOTES.md 20 and 32).
     """
     spec.require_winograd()
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
@@ -114,11 +134,13 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     tiles_per_group = 128 if gemm_tasks_128 >= 2 * DEFAULT_WORKERS else GEMM_BLOCK_ROWS
     groups = -(-tiles // tiles_per_group)
     per_task_pairs = 4096
-    input_channels = transform_chunk(_round_up(spec.C, CHANNEL_ALIGN), per_task_pairs // tiles_per_group,
-                                     groups)
+    c_pad = _round_up(spec.C, CHANNEL_ALIGN)
+    input_channels = transform_chunk(c_pad, per_task_pairs // tiles_per_group, groups)
     output_k = transform_chunk(spec.K, per_task_pairs // tiles_per_group, groups)
     return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
-                      gemm_k_per_task=gemm_k, output_k_per_task=output_k)
+                      gemm_k_per_task=gemm_k, output_k_per_task=output_k,
+                      input_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels)),
+                      output_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-spec.K // output_k)))
 
 
 def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAULT_WORKERS) -> int:
@@ -129,6 +151,17 @@ def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAU
     while chunk // 2 >= LANE_CHANNELS and groups * -(-channels // chunk) < workers:
         chunk //= 2
     return chunk
+
+
+def transform_tiles(tiles_per_group: int, tasks: int, workers: int = DEFAULT_WORKERS) -> int:
+    """Tiles per transform task: the whole group, halved while the layer would have fewer
+    than ``workers`` transform tasks (``tasks`` of whole groups), never below
+    TRANSFORM_MIN_TILES and always a divisor of ``tiles_per_group``."""
+    tiles = tiles_per_group
+    while (tiles % 2 == 0 and (tiles // 2) % TRANSFORM_MIN_TILES == 0
+           and tasks * (tiles_per_group // tiles) < workers):
+        tiles //= 2
+    return tiles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +231,12 @@ class Layout:
         return -(-(self.c_stride * self.k_stride) // self.params.filter_pairs_per_task)
 
     @property
+    def input_tile_parts(self) -> int:           # input tasks per channel chunk of a group
+        return self.params.tiles_per_group // self.params.input_tiles_per_task
+
+    @property
     def inputs_per_group(self) -> int:           # S_I
-        return -(-self.c_stride // self.params.input_channels_per_task)
+        return -(-self.c_stride // self.params.input_channels_per_task) * self.input_tile_parts
 
     @property
     def k_blocks(self) -> int:
@@ -210,8 +247,12 @@ class Layout:
         return self.alpha2 * self.k_blocks
 
     @property
+    def output_tile_parts(self) -> int:          # output tasks per K chunk of a group
+        return self.params.tiles_per_group // self.params.output_tiles_per_task
+
+    @property
     def outputs_per_group(self) -> int:          # S_O
-        return -(-self.spec.K // self.params.output_k_per_task)
+        return -(-self.spec.K // self.params.output_k_per_task) * self.output_tile_parts
 
     @property
     def num_tasks(self) -> int:
@@ -227,9 +268,17 @@ class Layout:
         t = self.params.tiles_per_group
         return group * t, (group + 1) * t        # rows of V and M (padded rows included)
 
-    def input_channel_range(self, index: int) -> tuple[int, int]:
-        per = self.params.input_channels_per_task
-        return index * per, min(self.c_stride, (index + 1) * per)
+    def _transform_slice(self, group: int, index: int, tiles_per_task: int, per: int,
+                         total: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        # index = chunk * parts + part (transform_slice in cuda/input_transform.cuh)
+        chunk, part = divmod(index, self.params.tiles_per_group // tiles_per_task)
+        t0 = group * self.params.tiles_per_group + part * tiles_per_task
+        return (t0, t0 + tiles_per_task), (chunk * per, min(total, (chunk + 1) * per))
+
+    def input_slices(self, group: int, index: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(tile range, channel range) of input task ``index`` of ``group`` (padding included)."""
+        return self._transform_slice(group, index, self.params.input_tiles_per_task,
+                                     self.params.input_channels_per_task, self.c_stride)
 
     def gemm_position_kblock(self, index: int) -> tuple[int, int]:
         """GEMM task index j -> (transform position p, K block); j = p * k_blocks + kb,
@@ -240,9 +289,10 @@ class Layout:
         per = self.params.gemm_k_per_task
         return k_block * per, min(self.k_stride, (k_block + 1) * per)
 
-    def output_k_range(self, index: int) -> tuple[int, int]:
-        per = self.params.output_k_per_task
-        return index * per, min(self.spec.K, (index + 1) * per)
+    def output_slices(self, group: int, index: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(tile range, output channel range) of output task ``index`` of ``group``."""
+        return self._transform_slice(group, index, self.params.output_tiles_per_task,
+                                     self.params.output_k_per_task, self.spec.K)
 
     # ---- counters ----------------------------------------------------
     @property
@@ -305,8 +355,11 @@ class TaskGraph:
         kind = TaskType(int(rec[0])).name
         if kind == "FILTER":
             return f"FILTER #{rec[2]}"
-        sub = {"INPUT": "chunk", "GEMM": "j", "OUTPUT": "chunk"}[kind]
-        return f"{kind} g={rec[1]} {sub}={rec[2]}"
+        if kind == "GEMM":
+            return f"GEMM g={rec[1]} j={rec[2]}"
+        slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
+        (t0, t1), (c0, c1) = slices(int(rec[1]), int(rec[2]))
+        return f"{kind} g={rec[1]} #{rec[2]} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
 
     def to_networkx(self) -> nx.DiGraph:
         """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``

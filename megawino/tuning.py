@@ -27,7 +27,7 @@ from .mapping import MappingParams
 from .resources import mapping_dir
 from .spec import LayerSpec
 from .tasks import (CHANNEL_ALIGN, DEFAULT_WORKERS, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout,
-                    TaskParams, default_params, tiles_for, transform_chunk)
+                    TaskParams, default_params, tiles_for, transform_chunk, transform_tiles)
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
 
@@ -137,10 +137,16 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
         chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
                           transform_chunk(spec.K, chunk, groups, workers)),
                          (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS))})
+        # Transform tiles: whole groups, and default_params' split rule (bench/NOTES.md 32).
+        splits = {(tiles_per_group, tiles_per_group)}
         for input_channels, output_k in chunks:
+            splits.add((transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels), workers),
+                        transform_tiles(tiles_per_group, groups * -(-spec.K // output_k), workers)))
+        for (input_channels, output_k), (input_tiles, output_tiles) in itertools.product(chunks, sorted(splits)):
             params = dataclasses.replace(
                 base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
-                input_channels_per_task=input_channels, output_k_per_task=output_k)
+                input_channels_per_task=input_channels, output_k_per_task=output_k,
+                input_tiles_per_task=input_tiles, output_tiles_per_task=output_tiles)
             # Distances in fractions of a wave of resident blocks; M from no filter reuse to 8.
             waves = (workers // 4, workers, 2 * workers)
             for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from megawino import sweep
+from megawino import sweep, tuning
+from megawino.cli import mapping as cli_mapping
 from megawino.cli import _strip_lines, main, resolve_layer
 from megawino.mapping import MappingParams, build_interleaved
 from megawino.networks import find_layer, network_layers
@@ -162,7 +163,8 @@ def test_mapping_valid_and_counts():
     assert code == 0
     assert_fits_80(text)
     assert "valid" in text and "invalid" not in text
-    graph = build_graph(resolve_layer("n2c16k16h12w12"))
+    spec = resolve_layer("n2c16k16h12w12")
+    graph = build_graph(spec, tuning.choose(spec, cli_mapping._table_key())[0])   # what the CLI ran
     lay = graph.layout
     counts = next(line for line in text.splitlines() if line.split()[:1] == [str(lay.num_filter_tasks)]
                   and len(line.split()) == 7)
@@ -248,7 +250,8 @@ def test_timeline_export_perfetto(tmp_path):
     assert str(path) in text.replace("\n", "")
     trace = json.loads(path.read_text())
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") != "wait"]
-    graph = build_graph(find_layer("resnet50.conv2_x", 64))
+    spec = find_layer("resnet50.conv2_x", 64)
+    graph = build_graph(spec, tuning.choose(spec, cli_mapping._table_key())[0])   # what the CLI ran
     assert len(slices) == graph.num_tasks
     assert {e["cat"] for e in slices} == {t.name for t in TaskType}
 

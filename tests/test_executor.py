@@ -45,6 +45,20 @@ def test_executor_matches_direct(case):
         assert not np.isnan(getattr(buffers, name)).any(), name
 
 
+@pytest.mark.parametrize("input_tiles,output_tiles", [(16, 32), (32, 16), (64, 16)])
+def test_executor_with_tile_split_transforms(input_tiles, output_tiles):
+    """Transform tasks that cover part of a group's tiles give the same bits as whole groups."""
+    spec = LayerSpec(3, 13, 11, 15, 17, layout="NCHW")
+    base = dict(tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=8, gemm_k_per_task=8,
+                output_k_per_task=5)
+    whole, err = run_case(spec, TaskParams(**base))
+    split, _ = run_case(spec, TaskParams(**base, input_tiles_per_task=input_tiles,
+                                         output_tiles_per_task=output_tiles))
+    assert err < 1e-5
+    for name in ("U", "V", "M", "y"):
+        assert np.array_equal(getattr(whole, name), getattr(split, name)), name
+
+
 def test_results_bitwise_identical_across_mappings():
     spec = LayerSpec(2, 20, 12, 14, 10)
     params = TaskParams(tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=8,

@@ -147,6 +147,24 @@ def test_odd_task_params():
     assert bool((y2 == y).all())
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("m", [4, 2])
+def test_tile_split_transforms_bitwise(m, layout):
+    """Transform tasks covering part of a group's tiles (input_tiles_per_task /
+    output_tiles_per_task) give the same bits as whole-group tasks, fused and non-fused."""
+    spec = LayerSpec(3, 44, 52, 17, 15, layout=layout)
+    base = dict(m=m, tiles_per_group=128, input_channels_per_task=20, gemm_k_per_task=36,
+                output_k_per_task=40)
+    x, w, xd, wd = _inputs(spec, 13)
+    ref = _run(_plan(spec, params=TaskParams(**base)), xd, wd)
+    assert rel_l2(_to_nchw(spec, ref), direct_conv_nchw(x, w, 1, 1)) < TOL[m]
+    for tiles_in, tiles_out in ((16, 32), (64, 16)):
+        params = TaskParams(**base, input_tiles_per_task=tiles_in, output_tiles_per_task=tiles_out)
+        for algo in ("megakernel", "nonfused"):
+            y = _run(_plan(spec, params=params, algo=algo), xd, wd)
+            assert bool((y == ref).all()), (tiles_in, tiles_out, algo)
+
+
 # ---- bitwise identity across mappings ------------------------------------------
 
 def random_topological_order(graph, rng) -> np.ndarray:

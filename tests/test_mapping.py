@@ -17,7 +17,9 @@ def random_case(rng):
                         input_channels_per_task=int(rng.integers(1, 64)),
                         gemm_k_per_task=4 * int(rng.integers(1, 17)),
                         output_k_per_task=int(rng.integers(1, 64)),
-                        filter_pairs_per_task=int(rng.integers(16, 2048)))
+                        filter_pairs_per_task=int(rng.integers(16, 2048)),
+                        input_tiles_per_task=int(rng.choice([16, 32, 64])),
+                        output_tiles_per_task=int(rng.choice([16, 64])))
     mp = MappingParams(int(rng.integers(0, 200)), int(rng.integers(0, 300)), int(rng.integers(1, 9)))
     return build_graph(spec, params), mp
 

@@ -94,7 +94,7 @@ def test_child_before_parent_raises_naming_the_ticket():
     last_gemm = int(graph.ids_of(TaskType.GEMM)[-1])
     mapping = np.arange(graph.num_tasks)
     mapping[[out, last_gemm]] = mapping[[last_gemm, out]]
-    with pytest.raises(ValueError, match=rf"ticket {last_gemm} \(OUTPUT g=0 chunk=0\) "
+    with pytest.raises(ValueError, match=rf"ticket {last_gemm} \(OUTPUT g=0 #0 \(tiles 0\.\.\d+, channels 0\.\.\d+\)\) "
                                          rf"comes before its parent at ticket {out} \(GEMM g=0 j=35\)"):
         simulate(graph, mapping, 4)
 
@@ -129,28 +129,29 @@ def test_parents_hold_back_children():
 def test_task_work_matches_layout_slices():
     spec = LayerSpec(2, 37, 45, 20, 20)
     params = TaskParams(tiles_per_group=64, input_channels_per_task=16, gemm_k_per_task=16,
-                        output_k_per_task=10, filter_pairs_per_task=300)
+                        output_k_per_task=10, filter_pairs_per_task=300,
+                        input_tiles_per_task=32, output_tiles_per_task=16)
     graph = build_graph(spec, params)
     lay = graph.layout
     flops, nbytes = task_work(graph)
     m, a, t, c = params.m, params.alpha, params.tiles_per_group, lay.c_stride
     for task, rec in enumerate(graph.records.tolist()):
-        kind, idx = TaskType(rec[0]), rec[2]
+        kind, group, idx = TaskType(rec[0]), rec[1], rec[2]
         if kind == TaskType.FILTER:
             lo, hi = lay.filter_pair_range(idx)
             want = ((hi - lo) * 2 * (9 * a + 3 * a * a), (hi - lo) * 4 * (9 + a * a))
         elif kind == TaskType.INPUT:   # channels in whole warps (LANE_CHANNELS): idle lanes cost
-            lo, hi = lay.input_channel_range(idx)
+            (t0, t1), (lo, hi) = lay.input_slices(group, idx)
             n = -(-(hi - lo) // LANE_CHANNELS) * LANE_CHANNELS
-            want = (t * n * 4 * a ** 3, t * n * 4 * (m * m + a * a))
+            want = ((t1 - t0) * n * 4 * a ** 3, (t1 - t0) * n * 4 * (m * m + a * a))
         elif kind == TaskType.GEMM:
             lo, hi = lay.gemm_k_range(lay.gemm_position_kblock(idx)[1])
             kw = hi - lo
             want = (2 * t * c * kw, 4 * (t * c + c * kw + t * kw))
         else:
-            lo, hi = lay.output_k_range(idx)
+            (t0, t1), (lo, hi) = lay.output_slices(group, idx)
             n = -(-(hi - lo) // LANE_CHANNELS) * LANE_CHANNELS
-            want = (t * n * 2 * (m * a * a + m * m * a), t * n * 4 * (a * a + m * m))
+            want = ((t1 - t0) * n * 2 * (m * a * a + m * m * a), (t1 - t0) * n * 4 * (a * a + m * m))
         assert (flops[task], nbytes[task]) == want, graph.describe_task(task)
     gemm = graph.types == TaskType.GEMM
     assert flops[gemm].sum() == 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride

@@ -31,8 +31,8 @@ def test_ragged_sizes_pad():
     lay = Layout(LayerSpec(1, 5, 3, 9, 7), small_params())
     assert lay.c_stride == 8 and lay.k_stride == 4
     assert lay.tiles == 3 * 2 and lay.tiles_padded == GEMM_BLOCK_ROWS
-    assert lay.input_channel_range(0) == (0, 8)
-    assert lay.output_k_range(0) == (0, 3)
+    assert lay.input_slices(0, 0) == ((0, GEMM_BLOCK_ROWS), (0, 8))
+    assert lay.output_slices(0, 0) == ((0, GEMM_BLOCK_ROWS), (0, 3))
     assert lay.gemm_k_range(0) == (0, 4)
 
 
@@ -123,3 +123,54 @@ def test_lane_channels_matches_the_cuda_lane_maps():
     assert int(re.search(r"#define MW_IN_CW (\d+)", src).group(1)) == LANE_CHANNELS
     mega = (cuda_dir() / "megakernel.cu").read_text()
     assert re.search(rf"output_transform_task_cpt2s<MW_M, MW_NHWC != 0, {LANE_CHANNELS},", mega)
+
+
+def test_transform_tile_slices_cover_each_group_once():
+    """Input / output tasks split a group's tiles into parts: together the tasks of a group
+    cover its tiles x channels exactly once (index = chunk * parts + part)."""
+    spec = LayerSpec(3, 37, 21, 23, 19)
+    params = TaskParams(tiles_per_group=2 * GEMM_BLOCK_ROWS, input_channels_per_task=16,
+                        gemm_k_per_task=8, output_k_per_task=8, input_tiles_per_task=32,
+                        output_tiles_per_task=16)
+    lay = Layout(spec, params)
+    assert lay.input_tile_parts == 4 and lay.output_tile_parts == 8
+    assert lay.inputs_per_group == 3 * 4 and lay.outputs_per_group == 3 * 8
+    assert lay.input_slices(1, 5) == ((128 + 32, 128 + 64), (16, 32))
+    assert lay.output_slices(0, 23) == ((112, 128), (16, 21))
+    for slices, count, width in ((lay.input_slices, lay.inputs_per_group, lay.c_stride),
+                                 (lay.output_slices, lay.outputs_per_group, spec.K)):
+        for group in range(lay.num_groups):
+            seen = np.zeros((params.tiles_per_group, width), dtype=int)
+            for index in range(count):
+                (t0, t1), (c0, c1) = slices(group, index)
+                base = group * params.tiles_per_group
+                seen[t0 - base:t1 - base, c0:c1] += 1
+            assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("field", ["input_tiles_per_task", "output_tiles_per_task"])
+@pytest.mark.parametrize("value", [0, 8, 48, 24, 256])
+def test_transform_tiles_must_divide_the_group(field, value):
+    with pytest.raises(ValueError, match=field):
+        TaskParams(tiles_per_group=128, **{field: value})
+
+
+def test_transform_tiles_default_to_the_group():
+    p = TaskParams(tiles_per_group=192)
+    assert p.input_tiles_per_task == p.output_tiles_per_task == 192
+    assert TaskParams(tiles_per_group=192, input_tiles_per_task=48).input_tiles_per_task == 48
+
+
+def test_default_params_split_tiles_only_when_tasks_are_few():
+    from megawino.tasks import TRANSFORM_MIN_TILES, transform_tiles
+    assert transform_tiles(64, 24) == TRANSFORM_MIN_TILES     # densenet161.block4: 24 -> 96 tasks
+    assert transform_tiles(128, 64) == 16                     # 64 -> 256 tasks is still < 264: 512
+    assert transform_tiles(128, 140) == 64                    # 280 >= 264 workers
+    assert transform_tiles(128, 300) == 128                   # enough tasks: whole groups
+    assert transform_tiles(192, 1) == 48                      # 192 = 4 x 48; 24 is not a multiple of 16
+    p = default_params(LayerSpec(64, 192, 48, 7, 7))          # densenet161.block4
+    lay = Layout(LayerSpec(64, 192, 48, 7, 7), p)
+    assert p.input_tiles_per_task == TRANSFORM_MIN_TILES
+    assert lay.num_groups * lay.inputs_per_group >= 4 * 24
+    big = default_params(LayerSpec(64, 64, 64, 224, 224))     # vgg16.conv1_2: thousands of tasks
+    assert big.input_tiles_per_task == big.output_tiles_per_task == big.tiles_per_group

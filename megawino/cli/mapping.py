@@ -129,9 +129,10 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
     if layout is not None:
         p = layout.params
         out.print(Text(f"F({p.m}x{p.m},3x3), {layout.tiles} tiles; task params: {p.tiles_per_group} "
-                       f"tiles/group, {p.input_channels_per_task} ch/input task, "
-                       f"{p.gemm_k_per_task} K/GEMM task, {p.output_k_per_task} K/output task, "
-                       f"{p.filter_pairs_per_task} pairs/filter task", style="dim"))
+                       f"tiles/group; input task {p.input_channels_per_task} ch x "
+                       f"{p.input_tiles_per_task} tiles; GEMM task {p.gemm_k_per_task} K; output task "
+                       f"{p.output_k_per_task} K x {p.output_tiles_per_task} tiles; filter task "
+                       f"{p.filter_pairs_per_task} pairs", style="dim"))
         counts = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("N_F", "S_I", "S_G", "S_O", "NG", "tasks", "counters"):
             counts.add_column(col, justify="right")

@@ -1,4 +1,4 @@
-"""INPUT task (group g, channel chunk): V[:, tiles of g, chunk] (cuda/input_transform.cuh)."""
+"""INPUT task (group g, index): V[:, its tiles of g, its channel chunk] (cuda/input_transform.cuh)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +15,7 @@ def tile_coords(layout, t0: int, t1: int):
 
 def run_task(layout, buffers, group: int, index: int, tf) -> None:
     spec, m, alpha = layout.spec, layout.params.m, layout.alpha
-    t0, t1 = layout.group_tile_range(group)
-    c0, c1 = layout.input_channel_range(index)
+    (t0, t1), (c0, c1) = layout.input_slices(group, index)
     n, th, tw, real = tile_coords(layout, t0, t1)
     rows = th[:, None] * m - spec.padding + np.arange(alpha)[None, :]      # [t][alpha]
     cols = tw[:, None] * m - spec.padding + np.arange(alpha)[None, :]

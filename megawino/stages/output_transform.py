@@ -1,4 +1,5 @@
-"""OUTPUT task (group g, K chunk): y for the real tiles of g (cuda/output_transform.cuh)."""
+"""OUTPUT task (group g, index): y for the real tiles of its slice of g and its K chunk
+(cuda/output_transform.cuh)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,7 @@ from .input_transform import tile_coords
 
 def run_task(layout, buffers, group: int, index: int, tf) -> None:
     spec, m, alpha = layout.spec, layout.params.m, layout.alpha
-    t0, t1 = layout.group_tile_range(group)
-    k0, k1 = layout.output_k_range(index)
+    (t0, t1), (k0, k1) = layout.output_slices(group, index)
     n, th, tw, real = tile_coords(layout, t0, t1)
     AT = tf.AT.astype(np.float32)
     mm = buffers.M[:, t0:t1, k0:k1].reshape(alpha, alpha, t1 - t0, k1 - k0)
