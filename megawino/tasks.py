@@ -52,6 +52,8 @@ LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_I
                          # input_transform.cuh, the output lane map in megakernel.cu): a task with
                          # fewer channels leaves lanes idle and is no faster
 DEFAULT_WORKERS = 264    # 132 SMs x 2 resident megakernel blocks on the H100
+FILTER_MIN_PAIRS = 256   # fewest (c, k) pairs a filter task covers: one per thread of a
+                         # 256-thread block (megawino.nvrtc.BLOCK_THREADS)
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
                           # 256-thread block busy on one 32-channel chunk
@@ -118,7 +120,8 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     Rule: GEMM tasks of about 128 tiles x min(K, 128) channels; transform tasks of about
     4096 (tile, channel) pairs so each of 256 threads has work, split further (down to
     LANE_CHANNELS channels, a warp's width, then down to TRANSFORM_MIN_TILES tiles) while
-    there are fewer transform tasks than resident workers: on small layers coarse transforms
+    there are fewer transform tasks than resident workers (filter tasks likewise, from 1024
+    down to FILTER_MIN_PAIRS pairs): on small layers coarse transforms
     left most blocks idle (densenet161.block3: 48 input tasks of 53 us for 264 workers;
     bench/NOTES.md 20 and 32).
     """
@@ -137,8 +140,11 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     c_pad = _round_up(spec.C, CHANNEL_ALIGN)
     input_channels = transform_chunk(c_pad, per_task_pairs // tiles_per_group, groups)
     output_k = transform_chunk(spec.K, per_task_pairs // tiles_per_group, groups)
+    filter_pairs = 1024
+    while filter_pairs // 2 >= FILTER_MIN_PAIRS and -(-c_pad * k_stride // filter_pairs) < DEFAULT_WORKERS:
+        filter_pairs //= 2
     return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
-                      gemm_k_per_task=gemm_k, output_k_per_task=output_k,
+                      gemm_k_per_task=gemm_k, output_k_per_task=output_k, filter_pairs_per_task=filter_pairs,
                       input_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels)),
                       output_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-spec.K // output_k)))
 

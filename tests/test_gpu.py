@@ -254,8 +254,8 @@ def test_watchdog_fires_and_recovers():
     t0 = time.perf_counter()
     # The first waiter to time out wins: a GEMM of group 0 (on counter 1) or an
     # OUTPUT of group 0 (on counter 2, whose GEMMs never ran).
-    with pytest.raises(RuntimeError, match=r"megakernel watchdog: ticket \d+ \((GEMM g=0 j|OUTPUT g=0 chunk)"
-                                           r"=\d+\) waited > 2.0 s on counter \d+ \(value \d+, need \d+\)"):
+    with pytest.raises(RuntimeError, match=r"megakernel watchdog: ticket \d+ \((GEMM g=0 j=\d+|OUTPUT g=0 #\d+ \(tiles \d+\.\.\d+, channels \d+\.\.\d+\))\)"
+                                           r" waited > 2.0 s on counter \d+ \(value \d+, need \d+\)"):
         p(xd, wd)
     assert time.perf_counter() - t0 < 5.0
     y = _run(p, xd, wd)

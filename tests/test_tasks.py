@@ -174,3 +174,12 @@ def test_default_params_split_tiles_only_when_tasks_are_few():
     assert lay.num_groups * lay.inputs_per_group >= 4 * 24
     big = default_params(LayerSpec(64, 64, 64, 224, 224))     # vgg16.conv1_2: thousands of tasks
     assert big.input_tiles_per_task == big.output_tiles_per_task == big.tiles_per_group
+
+
+def test_default_filter_tasks_split_while_few():
+    from megawino.tasks import FILTER_MIN_PAIRS
+    small = Layout(LayerSpec(64, 192, 48, 7, 7), default_params(LayerSpec(64, 192, 48, 7, 7)))
+    assert small.params.filter_pairs_per_task == FILTER_MIN_PAIRS     # 9216 pairs: 36 tasks
+    big = default_params(LayerSpec(64, 512, 512, 14, 14))               # 256 tasks of 1024 < 264
+    assert big.filter_pairs_per_task == 512
+    assert default_params(LayerSpec(1, 1024, 1024, 14, 14)).filter_pairs_per_task == 1024
