@@ -24,7 +24,7 @@ import numpy as np
 
 import megawino
 from megawino import nvrtc, suite
-from megawino.tasks import TaskType, default_params, gemm_shared_ring
+from megawino.tasks import TaskType, default_params
 
 
 def events_median(fn, warmup=2, reps=10):
@@ -50,9 +50,7 @@ def build(kind, spec, extra):
     key = (kind, spec.layout, extra)
     if key in _MODS:
         return _MODS[key]
-    # The runtime's GEMM build for this layer unless the variant picks one itself.
-    shared = None if "MW_GEMM_SHARED_RING" in extra else gemm_shared_ring(spec)
-    opts = nvrtc.compile_options(4, spec.layout, False, shared) + tuple(extra.split())
+    opts = nvrtc.compile_options(4, spec.layout, False) + tuple(extra.split())
     code = (nvrtc.cuda_dir() / f"{kind}.cu").read_text()
     _MODS[key] = cp.RawModule(code=code, options=opts)
     return _MODS[key]

@@ -27,13 +27,6 @@ constexpr int GEMM_BN = 64;
 constexpr int GEMM_BK = 16;
 constexpr int GEMM_STAGES = 3;
 constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
-// MW_GEMM_SHARED_RING (a build variant the runtime picks per layer, megawino.tasks
-// .gemm_shared_ring): 1 = one cp.async ring through all tiles of a GEMM task, 0 = a ring per
-// tile.  Separate builds, because the shared-ring code in the same kernel slowed the per-tile
-// path by ~5% on the C >= 256 layers (register allocation at the 128 cap, bench/NOTES.md 33).
-#ifndef MW_GEMM_SHARED_RING
-#define MW_GEMM_SHARED_RING 1
-#endif
 // MW_GEMM_TF32X3 (opt-in experiment, bench/NOTES.md 25): the tile's products on tensor cores
 // as three TF32 MMAs (big*big + big*small + small*big of each operand's TF32 split).  Its B
 // fragment reads 4 k rows x 8 columns per warp instruction: a row stride of 72 floats puts
@@ -82,18 +75,12 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// A task's (MI*16) x 64 output tiles: row tiles [row0, row0 + row_tiles * MI*16) of Vp / Mp
-// times column tiles [col0, col0 + col_tiles * 64) of Up / Mp (columns >= col_end predicated
-// off), column-tile major.  SHARED_RING: one cp.async ring runs through all of them (bench/NOTES.md
-// 33): the next tile's first k tiles load while the current one finishes, so only the task's
-// first load is exposed (a small-C tile has 2-4 k tiles: a fresh ring per tile exposed one load
-// latency in each).  Otherwise exactly one tile.  Each output element is one __fmaf_rn chain
-// over k in order either way: same bits.
-template <int MI, bool SHARED_RING>
-__device__ __forceinline__ void gemm_tiles(GemmSmemNarrow& sm, const float* Vp, const float* Up, float* Mp,
-                                           long long row0, int row_tiles, int col0, int col_tiles, int col_end,
-                                           int c_stride, int k_stride) {
-  if constexpr (!SHARED_RING) row_tiles = col_tiles = 1;   // one tile: the ring is the tile's own
+// One (MI*16) x 64 output tile: rows [row0, row0 + MI*16) of Vp / Mp, columns
+// [col0, col0 + 64) of Up / Mp, columns >= col_end predicated off.
+template <int MI>
+__device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, const float* Up, float* Mp,
+                                          long long row0, int col0, int col_end, int c_stride,
+                                          int k_stride) {
   constexpr int ROWS = MI * 16;
   constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);              // 16-byte chunks per stage
   constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;      // 2 or 1
@@ -116,47 +103,24 @@ __device__ __forceinline__ void gemm_tiles(GemmSmemNarrow& sm, const float* Vp, 
   }
   const int b_k = tid >> 4;            // 0..15
   const int b_col = (tid & 15) * 4;    // 0..60
-
-  const int k_tiles = (c_stride + GEMM_BK - 1) / GEMM_BK;
-  const int total = row_tiles * col_tiles * k_tiles;   // ring steps of the task
-
-  // Sources of a ring step.  One tile: fixed row / column bases, the step is the k tile.
-  // Shared ring: (tile, k tile) advanced incrementally, the bases derived per step.
+  const bool b_col_ok = col0 + b_col < col_end;
   const float* a_src[A_PER_THREAD];
 #pragma unroll
   for (int r = 0; r < A_PER_THREAD; ++r) a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch[r];
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  const bool b_col_ok = col0 + b_col < col_end;
-  int load_tile = 0, load_kt = 0;
-  auto load_next = [&](int step, int stage) {
-    if constexpr (SHARED_RING) {
-      const int ct = load_tile / row_tiles;
-      const long long dr = static_cast<long long>(load_tile - ct * row_tiles) * ROWS * c_stride;
-      const int dc = ct * GEMM_BN;
-      const int kbase = load_kt * GEMM_BK;
+
+  const int k_tiles = (c_stride + GEMM_BK - 1) / GEMM_BK;
+
+  auto load_stage = [&](int kt, int stage) {
+    const int kbase = kt * GEMM_BK;
 #pragma unroll
-      for (int r = 0; r < A_PER_THREAD; ++r) {
-        const bool ok = kbase + a_ch[r] < c_stride;
-        cp_async16(&sm.A[stage][a_row[r] * GEMM_AS_STRIDE + a_ch[r]], ok ? a_src[r] + dr + kbase : Vp, ok);
-      }
-      const bool ok = col0 + dc + b_col < col_end && kbase + b_k < c_stride;
-      cp_async16(&sm.B[stage][b_k * GEMM_BS_STRIDE + b_col],
-                 ok ? b_src + static_cast<long long>(kbase) * k_stride + dc : Up, ok);
-      if (++load_kt == k_tiles) {
-        load_kt = 0;
-        ++load_tile;
-      }
-    } else {
-      const int kbase = step * GEMM_BK;
-#pragma unroll
-      for (int r = 0; r < A_PER_THREAD; ++r) {
-        const bool ok = kbase + a_ch[r] < c_stride;
-        cp_async16(&sm.A[stage][a_row[r] * GEMM_AS_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
-      }
-      const bool ok = b_col_ok && kbase + b_k < c_stride;
-      cp_async16(&sm.B[stage][b_k * GEMM_BS_STRIDE + b_col],
-                 ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
+    for (int r = 0; r < A_PER_THREAD; ++r) {
+      const bool ok = kbase + a_ch[r] < c_stride;
+      cp_async16(&sm.A[stage][a_row[r] * GEMM_AS_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
     }
+    const bool ok = b_col_ok && kbase + b_k < c_stride;
+    cp_async16(&sm.B[stage][b_k * GEMM_BS_STRIDE + b_col],
+               ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
 
 #if MW_GEMM_TF32X3
@@ -177,49 +141,21 @@ __device__ __forceinline__ void gemm_tiles(GemmSmemNarrow& sm, const float* Vp, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
-  auto store_tile = [&](int t) {
-    const int ct = t / row_tiles;
-    const long long r0 = row0 + static_cast<long long>(t - ct * row_tiles) * ROWS;
-    const int col = col0 + ct * GEMM_BN;
-#if MW_GEMM_TF32X3
-    // C fragment: rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each n8 block.  col_end
-    // is a multiple of K_ALIGN (4), so a column pair is wholly inside or wholly outside.
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int c = col + warp_col + 8 * j + 2 * t4;
-      if (c < col_end) {
-        float* dst = Mp + (r0 + warp_row + g) * k_stride + c;
-        *reinterpret_cast<float2*>(dst) = make_float2(acc[j][0], acc[j][1]);
-        *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[j][2], acc[j][3]);
-      }
-    }
-#else
-    if (col + tc * 4 < col_end) {
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        float* dst = Mp + (r0 + tr + 16 * i) * k_stride + col + tc * 4;
-        *reinterpret_cast<float4*>(dst) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      }
-    }
-#endif
-  };
-
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-    if (s < total) load_next(s, s);
+    if (s < k_tiles) load_stage(s, s);
     cp_async_commit();
   }
 
-  int tile = 0, kt = 0;   // the compute side of the ring
-  for (int step = 0; step < total; ++step) {
+  for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<GEMM_STAGES - 2>();
-    __syncthreads();   // stage of this step visible to all; the previous step's stage no longer read
+    __syncthreads();   // stage kt visible to all; stage kt-1 no longer read by anyone
     {
-      const int next = step + GEMM_STAGES - 1;
-      if (next < total) load_next(next, next % GEMM_STAGES);
+      const int nk = kt + GEMM_STAGES - 1;
+      if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
       cp_async_commit();
     }
-    const int stage = step % GEMM_STAGES;
+    const int stage = kt % GEMM_STAGES;
     const float* As = sm.A[stage];
     const float* Bs = sm.B[stage];
 #if MW_GEMM_TF32X3
@@ -274,19 +210,31 @@ __device__ __forceinline__ void gemm_tiles(GemmSmemNarrow& sm, const float* Vp, 
       }
     }
 #endif
-    if constexpr (SHARED_RING) {
-      if (++kt < k_tiles) continue;
-      kt = 0;   // last k tile of this output tile: store it, start the next from zero
-      store_tile(tile++);
-#pragma unroll
-      for (int i = 0; i < ACC_ROWS; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-    }
   }
-  if constexpr (!SHARED_RING) store_tile(0);
   cp_async_wait<0>();
   __syncthreads();   // shared memory free for the next tile / task
+
+#if MW_GEMM_TF32X3
+  // C fragment: rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each n8 block.  col_end
+  // is a multiple of K_ALIGN (4), so a column pair is wholly inside or wholly outside.
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = col0 + warp_col + 8 * j + 2 * t4;
+    if (col < col_end) {
+      float* dst = Mp + (row0 + warp_row + g) * k_stride + col;
+      *reinterpret_cast<float2*>(dst) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[j][2], acc[j][3]);
+    }
+  }
+#else
+  if (col0 + tc * 4 < col_end) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      float* dst = Mp + (row0 + tr + 16 * i) * k_stride + col0 + tc * 4;
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    }
+  }
+#endif
 }
 
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
@@ -300,21 +248,11 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.tiles_padded * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
-  const int col_tiles = (k1 - k0 + GEMM_BN - 1) / GEMM_BN;
-  const int wide_rows = tpg / 128 * 128;   // 128-row tiles, then one 64-row tile if tpg % 128
-#if MW_GEMM_SHARED_RING
-  if (wide_rows > 0)
-    gemm_tiles<8, true>(sm.n, Vp, Up, Mp, t0, wide_rows / 128, k0, col_tiles, k1, c_stride, k_stride);
-  if (wide_rows < tpg)
-    gemm_tiles<4, true>(sm.n, Vp, Up, Mp, t0 + wide_rows, 1, k0, col_tiles, k1, c_stride, k_stride);
-#else
-  for (int ct = 0; ct < col_tiles; ++ct) {
-    for (int r = 0; r < wide_rows; r += 128)
-      gemm_tiles<8, false>(sm.n, Vp, Up, Mp, t0 + r, 1, k0 + ct * GEMM_BN, 1, k1, c_stride, k_stride);
-    if (wide_rows < tpg)
-      gemm_tiles<4, false>(sm.n, Vp, Up, Mp, t0 + wide_rows, 1, k0 + ct * GEMM_BN, 1, k1, c_stride, k_stride);
+  for (int col = k0; col < k1; col += GEMM_BN) {
+    int r = 0;
+    for (; r + 128 <= tpg; r += 128) gemm_tile<8>(sm.n, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile<4>(sm.n, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
   }
-#endif
 }
 
 }  // namespace mw

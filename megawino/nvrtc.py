@@ -68,32 +68,26 @@ def extra_defines() -> tuple[str, ...]:
     return tokens
 
 
-def compile_options(m: int, layout: str, trace: bool, shared_ring: bool | None = None) -> tuple[str, ...]:
-    """NVRTC options of one build variant; ``shared_ring`` None leaves MW_GEMM_SHARED_RING to the
-    header's default (bench scripts that set it themselves)."""
+def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
     opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
             f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}"]
     if trace:
         opts.append("-DMW_TRACE")
-    if shared_ring is not None:
-        opts.append(f"-DMW_GEMM_SHARED_RING={int(bool(shared_ring))}")
     return tuple(opts) + extra_defines()
 
 
-def module(kind: str, m: int, layout: str, trace: bool = False, shared_ring: bool = True):
+def module(kind: str, m: int, layout: str, trace: bool = False):
     """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
-    ``cuda/nonfused.cu`` (kind "nonfused") for one variant (``shared_ring``: the GEMM build,
-    megawino.tasks.gemm_shared_ring)."""
+    ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
     if kind not in KERNEL_KINDS:
         raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
-    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), bool(shared_ring), source_hash(),
-           extra_defines())
+    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash(), extra_defines())
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
             cupy = cupy_module()
             code = (cuda_dir() / f"{kind}.cu").read_text()
-            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3], key[4]))
+            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3]))
             _MODULES[key] = mod
     return mod
 

@@ -24,7 +24,6 @@ from . import tuning
 from .nvrtc import (BLOCK_THREADS, KERNEL_KINDS, as_cupy, blocks_per_sm, cupy_module as _cupy,
                     gpu_available, module)
 from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph
-from .tasks import gemm_shared_ring as shared_ring_rule
 
 __all__ = ["plan", "conv2d", "Plan", "DirectPlan", "gpu_available", "cuda_dir", "source_hash"]
 
@@ -81,8 +80,7 @@ class Plan:
     scheduler state, allocated once.  ``plan(x, w)`` runs the layer."""
 
     def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
-                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False,
-                 gemm_shared_ring: bool | None = None):
+                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False):
         cupy = _cupy()
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
@@ -97,12 +95,7 @@ class Plan:
         self.algo = algo
         self.timeout_s = float(timeout_s)
         self.traced = bool(trace)
-        if gemm_shared_ring is not None and not isinstance(gemm_shared_ring, bool):
-            raise ValueError(f"gemm_shared_ring must be True, False or None, got {gemm_shared_ring!r}")
-        # The GEMM build: the layer's rule (tasks.gemm_shared_ring) unless forced; same bits either way.
-        self.gemm_shared_ring = shared_ring_rule(spec) if gemm_shared_ring is None else gemm_shared_ring
-        mod = module(algo, params.m if params is not None else 4, spec.layout, trace,
-                     shared_ring=self.gemm_shared_ring)
+        mod = module(algo, params.m if params is not None else 4, spec.layout, trace)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         if algo == "megakernel":
             self._mega = mod.get_function("mw_megakernel")
@@ -283,16 +276,14 @@ class DirectPlan:
 
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
-         timeout_s: float = 2.0, trace: bool = False, gemm_shared_ring: bool | None = None):
+         timeout_s: float = 2.0, trace: bool = False):
     """A reusable plan for one layer shape: :class:`Plan` for the Winograd algos
-    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``.  ``gemm_shared_ring``
-    forces the GEMM build (None: ``megawino.tasks.gemm_shared_ring``'s rule)."""
+    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``."""
     if algo == "direct":
-        if params is not None or mapping is not None or trace or gemm_shared_ring is not None:
-            raise ValueError("algo='direct' takes no task params, mapping, trace or GEMM build")
+        if params is not None or mapping is not None or trace:
+            raise ValueError("algo='direct' takes no task params, mapping or trace")
         return DirectPlan(spec)
-    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace,
-                gemm_shared_ring=gemm_shared_ring)
+    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace)
 
 
 _PLANS: dict = {}

@@ -48,10 +48,6 @@ K_ALIGN = 4              # output channels of U and M are padded to a multiple o
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
 GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
-GEMM_SHARED_RING_MAX_C = 192  # layers with c_stride up to this run the GEMM build whose cp.async
-                              # ring spans all tiles of a task (MW_GEMM_SHARED_RING in cuda/gemm.cuh):
-                              # 2-7% faster megakernel on the suite's C <= 192 layers, slower on
-                              # C >= 256 (bench/NOTES.md 33)
 LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_IN_CW in
                          # input_transform.cuh, the output lane map in megakernel.cu): a task with
                          # fewer channels leaves lanes idle and is no faster
@@ -161,11 +157,6 @@ def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAU
     while chunk // 2 >= LANE_CHANNELS and groups * -(-channels // chunk) < workers:
         chunk //= 2
     return chunk
-
-
-def gemm_shared_ring(spec: LayerSpec) -> bool:
-    """Whether the layer runs the shared-ring GEMM build (GEMM_SHARED_RING_MAX_C)."""
-    return _round_up(spec.C, CHANNEL_ALIGN) <= GEMM_SHARED_RING_MAX_C
 
 
 def transform_tiles(tiles_per_group: int, tasks: int, workers: int = DEFAULT_WORKERS) -> int:

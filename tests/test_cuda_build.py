@@ -16,10 +16,7 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
 VARIANTS = [("-DMW_M=4",), ("-DMW_M=2",), ("-DMW_M=4", "-DMW_TRACE"),   # NCHW: the lanes input map
             ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE"),
-            ("-DMW_M=4", "-DMW_GEMM_TF32X3=1"), ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=1"),  # opt-in
-            # the per-tile GEMM ring build (megawino.tasks.gemm_shared_ring picks it for C > 192)
-            ("-DMW_M=4", "-DMW_GEMM_SHARED_RING=0"), ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_TRACE",
-                                                      "-DMW_GEMM_SHARED_RING=0")]
+            ("-DMW_M=4", "-DMW_GEMM_TF32X3=1"), ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=1")]  # opt-in
 NO_SPILL = ("mw_megakernel", "mw_gemm_kernel")
 
 
