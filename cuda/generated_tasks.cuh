@@ -35,6 +35,7 @@ struct Params {
   long long Mbuf;  // float [alpha2][tiles_padded][k_stride]
   long long records;  // int32 [num_tasks][REC_FIELDS]
   long long mapping;  // int32 [num_tasks]: ticket -> task id
+  long long ticket_records;  // int32 [num_tasks][REC_FIELDS]: records[mapping], the megakernel's by ticket
   long long counters;  // uint32 [num_counters * COUNTER_STRIDE]
   long long state;  // int32 [STATE_WORDS]
   long long trace;  // int64 [num_tasks][4] or 0

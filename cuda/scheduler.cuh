@@ -59,12 +59,12 @@ struct SchedSlot {
 };
 
 // Thread 0 only: record a timeout (first one wins) and raise ABORT.
-__device__ __forceinline__ void sched_report_timeout(const Params& p, int ticket, int task,
-                                                     int counter, unsigned value, unsigned need) {
+__device__ __forceinline__ void sched_report_timeout(const Params& p, int ticket, int counter,
+                                                     unsigned value, unsigned need) {
   int* state = reinterpret_cast<int*>(p.state);
   if (atomicCAS(state + STATE_STATUS + STATUS_FLAG, 0, 1) == 0) {
     state[STATE_STATUS + STATUS_TICKET] = ticket;
-    state[STATE_STATUS + STATUS_TASK] = task;
+    state[STATE_STATUS + STATUS_TASK] = reinterpret_cast<const int*>(p.mapping)[ticket];
     state[STATE_STATUS + STATUS_COUNTER] = counter;
     state[STATE_STATUS + STATUS_VALUE] = static_cast<int>(value);
     state[STATE_STATUS + STATUS_NEED] = static_cast<int>(need);
@@ -74,7 +74,7 @@ __device__ __forceinline__ void sched_report_timeout(const Params& p, int ticket
 }
 
 // Thread 0 only: wait until counter >= need.  False: abort (timeout here or elsewhere).
-__device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int task, int counter,
+__device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int counter,
                                            int need) {
   if (counter < 0) return true;
   const int* state = reinterpret_cast<const int*>(p.state);
@@ -91,14 +91,15 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int task
     if (v >= want) return true;
     if (ld_volatile(state + STATE_ABORT)) return false;
     if (global_timer_ns() - t0 > p.timeout_ns) {
-      sched_report_timeout(p, ticket, task, counter, v, want);
+      sched_report_timeout(p, ticket, counter, v, want);
       return false;
     }
   }
 }
 
-// Thread 0 only: take the next ticket, read its record, wait for its counters.
-// Fills the slot (ticket -1: leave).
+// Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
+// ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
+// (Claiming the next ticket while the current task runs was slower: bench/NOTES.md 34.)
 __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   int* state = reinterpret_cast<int*>(p.state);
   slot.ticket = -1;
@@ -108,12 +109,11 @@ __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
 #ifdef MW_TRACE
   const long long t_fetch = global_timer_ns();
 #endif
-  const int task = reinterpret_cast<const int*>(p.mapping)[ticket];
-  const int* rec = reinterpret_cast<const int*>(p.records) + static_cast<long long>(task) * REC_FIELDS;
+  const int* rec = reinterpret_cast<const int*>(p.ticket_records) + static_cast<long long>(ticket) * REC_FIELDS;
 #pragma unroll
   for (int i = 0; i < REC_FIELDS; ++i) slot.rec[i] = rec[i];
-  if (!sched_wait(p, ticket, task, slot.rec[REC_WAIT_A], slot.rec[REC_NEED_A])) return;
-  if (!sched_wait(p, ticket, task, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
+  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_A], slot.rec[REC_NEED_A])) return;
+  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
   __threadfence();   // acquire side: the parents' data is visible to this block
 #ifdef MW_TRACE
   long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * 4;

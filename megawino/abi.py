@@ -17,6 +17,7 @@ PARAM_FIELDS = (
     ("Mbuf", "float [alpha2][tiles_padded][k_stride]"),
     ("records", "int32 [num_tasks][REC_FIELDS]"),
     ("mapping", "int32 [num_tasks]: ticket -> task id"),
+    ("ticket_records", "int32 [num_tasks][REC_FIELDS]: records[mapping], the megakernel's by ticket"),
     ("counters", "uint32 [num_counters * COUNTER_STRIDE]"),
     ("state", "int32 [STATE_WORDS]"),
     ("trace", "int64 [num_tasks][4] or 0"),

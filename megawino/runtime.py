@@ -128,6 +128,8 @@ class Plan:
         self.M = cupy.empty(lay.m_shape, dtype=cupy.float32)
         self._records = cupy.asarray(np.ascontiguousarray(self.graph.records, dtype=np.int32))
         self._mapping = cupy.asarray(np.ascontiguousarray(self.order, dtype=np.int32))
+        # The megakernel reads a ticket's record in one load (no ticket -> task indirection).
+        self._ticket_records = cupy.asarray(np.ascontiguousarray(self.graph.records[self.order], dtype=np.int32))
         self._counters = cupy.zeros(lay.num_counters * COUNTER_STRIDE, dtype=cupy.uint32)
         self._state = cupy.zeros(abi.STATE_WORDS, dtype=cupy.int32)
         self._state[abi.state_offset("BREAK")] = -1
@@ -136,6 +138,7 @@ class Plan:
         values = {
             "U": self.U.data.ptr, "V": self.V.data.ptr, "Mbuf": self.M.data.ptr,
             "records": self._records.data.ptr, "mapping": self._mapping.data.ptr,
+            "ticket_records": self._ticket_records.data.ptr,
             "counters": self._counters.data.ptr, "state": self._state.data.ptr,
             "trace": self._trace.data.ptr if trace else 0,
             "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "pad": spec.padding,
