@@ -8,7 +8,11 @@ For each layer (GPU required):
    calibrated model and keep the ``top`` predicted ones;
 3. time those, the heuristic choice and the sequential mapping on the GPU with
    :func:`megawino.timing.time_cuda_stats` (inputs rotated past the L2);
-4. write the winner, its time and its speed-ups over the heuristic and the
+4. measure the fastest of step 3 again with the heuristic choice and the sequential mapping,
+   alternating, ``confirm_rounds`` times (:func:`confirm`): the first pass's fastest time is
+   the minimum over many noisy candidates, biased low; the medians of the confirmation decide
+   which of the three ships and give its time and speed-ups;
+5. write the winner, its time and its speed-ups over the heuristic and the
    sequential mapping into the table (``mapping/<gpu>.json``).  The sequential order is a
    candidate too: when it is the fastest, the table holds its MappingParams equivalent
    (:func:`megawino.mapping.sequential_equivalent`, ``sequential_order: true``) and the
@@ -16,7 +20,7 @@ For each layer (GPU required):
 """
 from __future__ import annotations
 
-__all__ = ["calibrate_on_traces", "rank_by_simulation", "tune_layer", "tune", "summary"]
+__all__ = ["calibrate_on_traces", "rank_by_simulation", "confirm", "tune_layer", "tune", "summary"]
 
 import dataclasses
 import datetime
@@ -96,8 +100,21 @@ def measure_us(runtime, spec, params, mapping, xs, w, reps: int = 10) -> float:
     return time_cuda_stats(fn, xs, warmup=3, reps=reps, check=plan.check)["median_us"]
 
 
+def confirm(measure, names, rounds: int = 3) -> dict:
+    """Median time of each configuration in ``names`` over ``rounds`` alternating passes
+    (A B C, A B C, ...: a drift of the GPU's clock hits every one alike); ``measure(name)``
+    times one configuration once."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    times = {name: [] for name in names}
+    for _ in range(rounds):
+        for name in names:
+            times[name].append(float(measure(name)))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
 def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int = 10,
-               deadline: float | None = None, traces: int = 3) -> dict:
+               deadline: float | None = None, traces: int = 3, confirm_rounds: int = 3) -> dict:
     """Tune one layer; returns the table entry's measured fields plus the winner."""
     rng = np.random.default_rng(seed)
     xs, w = rotated_inputs(spec, rng)
@@ -135,6 +152,26 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         tried += 1
         if t < best["time_us"]:
             best = dict(cand, time_us=t)
+    # Confirmation: the first pass's best is the minimum of many noisy times (biased low).
+    configs = {"default": (params, mp), "sequential": (seq_task_params, "sequential")}
+    if not best.get("sequential_order") and (best["mapping"] != mp or best["params"] != params):
+        configs["winner"] = (best["params"], best["mapping"])
+    confirmed = confirm(lambda name: measure_us(runtime, spec, *configs[name], xs, w, reps),
+                        list(configs), confirm_rounds)
+    default_us, sequential_us = confirmed["default"], confirmed["sequential"]
+    fastest = min(confirmed, key=confirmed.get)
+    if fastest == "default":
+        best = {"params": params, "mapping": mp, "predicted_us": predicted_default}
+    elif fastest == "sequential":
+        seq_mapping = sequential_equivalent(build_graph(spec, seq_task_params))
+        if seq_mapping is not None:
+            best = {"params": seq_task_params, "mapping": seq_mapping, "predicted_us": None,
+                    "sequential_order": True}
+        else:   # no MappingParams equivalent: ship the faster of the other two
+            fastest = min((k for k in confirmed if k != "sequential"), key=confirmed.get)
+            if fastest == "default":
+                best = {"params": params, "mapping": mp, "predicted_us": predicted_default}
+    best["time_us"] = confirmed[fastest]
     return {
         "winner": best,
         "time_us": best["time_us"],
@@ -143,6 +180,7 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         "speedup_vs_default": default_us / best["time_us"],
         "speedup_vs_sequential": sequential_us / best["time_us"],
         "candidates_measured": tried,
+        "confirm_rounds": confirm_rounds,
         "sequential_order": bool(best.get("sequential_order", False)),
         "trace_makespan_us": trace_makespan,
         "simulated_makespan_us": float(predicted_default),

@@ -78,3 +78,19 @@ def test_summary_of_a_table():
     s = summary(table)
     assert s["beat_sequential"] == 1 and s["sequential_is_best"] == 1 and s["layers"] == 3
     assert abs(s["geomean_speedup_vs_default"] - 1.1 ** (1 / 3)) < 1e-9
+
+
+def test_confirm_alternates_and_takes_medians():
+    from megawino.tune import confirm
+    calls = []
+    noise = {"winner": iter([90.0, 101.0, 100.0]), "default": iter([103.0, 102.0, 104.0])}
+
+    def measure(name):
+        calls.append(name)
+        return next(noise[name])
+
+    got = confirm(measure, ["winner", "default"], rounds=3)
+    assert calls == ["winner", "default"] * 3            # alternating passes
+    assert got == {"winner": 100.0, "default": 103.0}     # medians: the lucky 90 does not count
+    with pytest.raises(ValueError, match="rounds"):
+        confirm(measure, ["winner"], rounds=0)
