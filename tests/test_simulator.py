@@ -280,3 +280,24 @@ def test_calibrate_fits_solo_factor_from_sm_ids_and_pools_traces():
     blind = Timeline(task=tl.task, type=tl.type, worker=tl.worker, sm=np.full(tl.tickets, -1),
                      fetch=tl.fetch, start=tl.start, end=tl.end, num_workers=tl.num_workers)
     assert all(v == 1.0 for v in CostModel().calibrate(blind, graph).solo.values())
+
+
+def test_sibling_weight_mixes_the_simulated_sibling_in_and_is_fitted():
+    from megawino.simulator import SIBLING_WEIGHTS
+    graph = build_graph(LayerSpec(8, 64, 64, 56, 56))
+    order = np.arange(graph.num_tasks)
+    solo = {int(t): 0.5 for t in TaskType}
+    loose = simulate(graph, order, 264, CostModel(solo=solo))
+    tight = simulate(graph, order, 264, CostModel(solo=solo, sibling_weight=1.0))
+    assert tight.makespan != pytest.approx(loose.makespan)        # the weight changes durations
+    # calibrate picks, from its grid, the weight whose simulation of the traced mapping
+    # comes closest to the traced makespan
+    fitted = CostModel(solo=solo).calibrate(_as_measured(tight), graph)
+    assert fitted.sibling_weight in SIBLING_WEIGHTS
+    assert simulate(graph, order, 264, fitted).makespan == pytest.approx(tight.makespan, rel=0.05)
+    # several traced mappings: nothing to fit against, the weight stays
+    from megawino.mapping import interleaved_mapping
+    other = simulate(graph, interleaved_mapping(graph), 264, CostModel(solo=solo))
+    assert not np.array_equal(other.task, tight.task)
+    kept = CostModel(solo=solo, sibling_weight=0.25).calibrate([_as_measured(tight), _as_measured(other)], graph)
+    assert kept.sibling_weight == 0.25
