@@ -149,7 +149,7 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
                 input_tiles_per_task=input_tiles, output_tiles_per_task=output_tiles)
             # Distances in fractions and multiples of a wave of resident blocks (4 and 8 waves
             # hold outputs back until most GEMMs are through: resnet50.conv4_x's best mapping
-            # with short transform tasks, bench/NOTES.md 33); M from no filter reuse to 8.
+            # with short transform tasks, bench/NOTES.md 37); M from no filter reuse to 8.
             waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
             for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):
                 if group_m <= groups:
