@@ -114,6 +114,8 @@ def main(argv=None):
             defines, over = split_variant(var)
             if "gemm_k_per_task" in over:
                 over["gemm_k_per_task"] = min(over["gemm_k_per_task"], -(-spec.K // 4) * 4)
+            if "tiles_per_group" in over:   # transform tasks then cover whole groups of the new size
+                over.update(input_tiles_per_task=None, output_tiles_per_task=None)
             params = dataclasses.replace(base, **over)
             nf = megawino.plan(spec, params=params, algo="nonfused")
             mod = build("nonfused", spec, defines)
