@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from megawino import tuning  # noqa: E402
 from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.tasks import default_params  # noqa: E402
+from megawino.task_sizes import default_params  # noqa: E402
 from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 

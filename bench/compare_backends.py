@@ -183,7 +183,8 @@ class Bench:
         cp, args = self.cp, self.args
         lay = None
         if spec.winograd_eligible:
-            from megawino.tasks import Layout, default_params
+            from megawino.task_sizes import default_params
+            from megawino.tasks import Layout
             lay = Layout(spec, default_params(spec))
         rec = layer_record(spec, lay)
         b = rec["backends"]
@@ -372,7 +373,8 @@ class Bench:
         cp = self.cp
         if not spec.winograd_eligible:
             raise NotAvailable("not a Winograd layer")
-        from megawino.tasks import Layout, default_params
+        from megawino.task_sizes import default_params
+        from megawino.tasks import Layout
         lay = Layout(spec, default_params(spec))
         a2, tp, cs, ks = lay.alpha2, lay.tiles_padded, lay.c_stride, lay.k_stride
         per_set = 4 * a2 * (tp * cs + cs * ks + tp * ks)

@@ -24,7 +24,8 @@ import numpy as np
 
 import megawino
 from megawino import nvrtc, suite
-from megawino.tasks import TaskType, default_params
+from megawino.task_sizes import default_params
+from megawino.tasks import TaskType
 
 
 def events_median(fn, warmup=2, reps=10):

@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 
 from megawino import runtime, tuning  # noqa: E402
 from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.tasks import Layout, transform_tiles  # noqa: E402
+from megawino.task_sizes import transform_tiles  # noqa: E402
+from megawino.tasks import Layout  # noqa: E402
 from megawino.timing import rotated_inputs  # noqa: E402
 from megawino.tune import measure_us  # noqa: E402
 

@@ -13,7 +13,8 @@ import numpy as np
 from . import mapping as mapping_mod
 from .spec import LayerSpec
 from .stages import RUNNERS
-from .tasks import TaskGraph, TaskParams, TaskType, build_graph, default_params
+from .task_sizes import default_params
+from .tasks import TaskGraph, TaskParams, TaskType, build_graph
 from .winograd import transform
 
 POISON = np.float32(np.nan)

@@ -316,7 +316,8 @@ def _run_cpu(spec: LayerSpec, x: np.ndarray, w: np.ndarray, task_params=None,
     if spec.winograd_eligible:
         from .executor import execute
         from .mapping import MappingParams, build_interleaved
-        from .tasks import build_graph, default_params
+        from .task_sizes import default_params
+        from .tasks import build_graph
         graph = build_graph(spec, task_params if task_params is not None else default_params(spec))
         order = build_interleaved(graph, mapping_params or MappingParams()).order
         xin = _to_layout(x, spec.layout, np)

@@ -8,7 +8,7 @@ record fields and alignment constants are generated from here into
 A task is the work of one thread block of the non-fused kernels (seed 002,
 section 5.1).  Tiles are split into ``num_groups`` groups of ``tiles_per_group``
 tiles; per group there are ``inputs_per_group`` input-transform tasks (channel
-chunks), ``gemms_per_group`` GEMM tasks (one per transform position and K block)
+chunks x tile parts), ``gemms_per_group`` GEMM tasks (one per transform position and K block)
 and ``outputs_per_group`` output-transform tasks (K chunks).  ``num_filter_tasks``
 filter-transform tasks are shared by every group.
 
@@ -47,19 +47,15 @@ CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a mult
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
-GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
 LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_IN_CW in
                          # input_transform.cuh, the output lane map in megakernel.cu): a task with
                          # fewer channels leaves lanes idle and is no faster
-DEFAULT_WORKERS = 264    # 132 SMs x 2 resident megakernel blocks on the H100
-FILTER_MIN_PAIRS = 256   # fewest (c, k) pairs a filter task covers: one per thread of a
-                         # 256-thread block (megawino.nvrtc.BLOCK_THREADS)
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
                           # 256-thread block busy on one 32-channel chunk
 
 
-def _round_up(value: int, align: int) -> int:
+def round_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
@@ -114,62 +110,6 @@ class TaskParams:
         return self.m + 2
 
 
-def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
-    """Sensible task sizes for a layer (the tuner in bench/tune.py refines them).
-
-    Rule: GEMM tasks of about 128 tiles x min(K, 128) channels; transform tasks of about
-    4096 (tile, channel) pairs so each of 256 threads has work, split further (down to
-    LANE_CHANNELS channels, a warp's width, then down to TRANSFORM_MIN_TILES tiles) while
-    there are fewer transform tasks than resident workers (filter tasks likewise, from 1024
-    down to FILTER_MIN_PAIRS pairs): on small layers coarse transforms
-    left most blocks idle (densenet161.block3: 48 input tasks of 53 us for 264 workers;
-    bench/NOTES.md 20 and 32).
-    """
-    spec.require_winograd()
-    tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
-    k_stride = _round_up(spec.K, K_ALIGN)
-    # 128 output channels per GEMM task where K allows: fewer, longer GEMM tasks made the
-    # megakernel 2-5% faster on the wide layers (bench/NOTES.md experiment 6).
-    gemm_k = min(k_stride, GEMM_WIDE_K)
-    # 128-row GEMM tasks (64-row tasks run the narrow tile at 20-23 TFLOP/s) as long
-    # as they still make about two waves of the resident blocks.
-    gemm_tasks_128 = -(-tiles // 128) * (m + 2) ** 2 * -(-k_stride // gemm_k)
-    tiles_per_group = 128 if gemm_tasks_128 >= 2 * DEFAULT_WORKERS else GEMM_BLOCK_ROWS
-    groups = -(-tiles // tiles_per_group)
-    per_task_pairs = 4096
-    c_pad = _round_up(spec.C, CHANNEL_ALIGN)
-    input_channels = transform_chunk(c_pad, per_task_pairs // tiles_per_group, groups)
-    output_k = transform_chunk(spec.K, per_task_pairs // tiles_per_group, groups)
-    filter_pairs = 1024
-    while filter_pairs // 2 >= FILTER_MIN_PAIRS and -(-c_pad * k_stride // filter_pairs) < DEFAULT_WORKERS:
-        filter_pairs //= 2
-    return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
-                      gemm_k_per_task=gemm_k, output_k_per_task=output_k, filter_pairs_per_task=filter_pairs,
-                      input_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels)),
-                      output_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-spec.K // output_k)))
-
-
-def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAULT_WORKERS) -> int:
-    """Channels per transform task: ``chunk``, at least one warp's LANE_CHANNELS and at most
-    ``channels``, halved while the layer would have fewer than ``workers`` such tasks (never
-    below LANE_CHANNELS: a narrower task leaves lanes idle and is no faster)."""
-    chunk = min(channels, max(chunk, LANE_CHANNELS))
-    while chunk // 2 >= LANE_CHANNELS and groups * -(-channels // chunk) < workers:
-        chunk //= 2
-    return chunk
-
-
-def transform_tiles(tiles_per_group: int, tasks: int, workers: int = DEFAULT_WORKERS) -> int:
-    """Tiles per transform task: the whole group, halved while the layer would have fewer
-    than ``workers`` transform tasks (``tasks`` of whole groups), never below
-    TRANSFORM_MIN_TILES and always a divisor of ``tiles_per_group``."""
-    tiles = tiles_per_group
-    while (tiles % 2 == 0 and (tiles // 2) % TRANSFORM_MIN_TILES == 0
-           and tasks * (tiles_per_group // tiles) < workers):
-        tiles //= 2
-    return tiles
-
-
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Sizes and strides of the Winograd buffers, shared by every executor.
@@ -213,11 +153,11 @@ class Layout:
 
     @property
     def c_stride(self) -> int:
-        return _round_up(self.spec.C, CHANNEL_ALIGN)
+        return round_up(self.spec.C, CHANNEL_ALIGN)
 
     @property
     def k_stride(self) -> int:
-        return _round_up(self.spec.K, K_ALIGN)
+        return round_up(self.spec.K, K_ALIGN)
 
     @property
     def u_shape(self) -> tuple[int, int, int]:
@@ -394,7 +334,9 @@ class TaskGraph:
 def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
     """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64)."""
     spec.require_winograd()
-    params = params if params is not None else default_params(spec)
+    if params is None:
+        from .task_sizes import default_params   # the heuristic builds on this module
+        params = default_params(spec)
     layout = Layout(spec, params)
     groups = layout.num_groups
     n_f, s_i, s_g, s_o = (layout.num_filter_tasks, layout.inputs_per_group,

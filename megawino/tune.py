@@ -34,7 +34,8 @@ from . import tuning
 from .mapping import build_interleaved, sequential_equivalent
 from .simulator import CostModel, simulate
 from .spec import LayerSpec
-from .tasks import build_graph, default_params
+from .task_sizes import default_params
+from .tasks import build_graph
 from .timeline import Timeline
 from .timing import rotated_inputs
 

@@ -26,8 +26,9 @@ import re
 from .mapping import MappingParams
 from .resources import mapping_dir
 from .spec import LayerSpec
-from .tasks import (CHANNEL_ALIGN, DEFAULT_WORKERS, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout,
-                    TaskParams, default_params, tiles_for, transform_chunk, transform_tiles)
+from .task_sizes import DEFAULT_WORKERS, default_params, transform_chunk, transform_tiles
+from .tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout, TaskParams
+from .winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
 

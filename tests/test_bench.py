@@ -21,7 +21,8 @@ sys.path.insert(0, str(BENCH))
 import common  # noqa: E402
 import compare  # noqa: E402
 from megawino.spec import LayerSpec  # noqa: E402
-from megawino.tasks import Layout, default_params  # noqa: E402
+from megawino.task_sizes import default_params  # noqa: E402
+from megawino.tasks import Layout  # noqa: E402
 
 MiB = 1 << 20
 

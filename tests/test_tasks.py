@@ -4,8 +4,8 @@ import pytest
 
 from megawino import codegen
 from megawino.spec import LayerSpec
-from megawino.tasks import (GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType, build_graph,
-                            default_params)
+from megawino.task_sizes import default_params
+from megawino.tasks import GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType, build_graph
 
 
 def small_params(**kw):
@@ -100,7 +100,8 @@ def test_generated_header_is_current():
 
 
 def test_transform_chunk_splits_small_layers_to_warp_width():
-    from megawino.tasks import DEFAULT_WORKERS, LANE_CHANNELS, transform_chunk
+    from megawino.task_sizes import DEFAULT_WORKERS, transform_chunk
+    from megawino.tasks import LANE_CHANNELS
     # densenet161.block3 at batch 64: 16 groups of 64 tiles, C = 192: 64-channel chunks give
     # 48 input tasks for 264 workers, so the rule halves them to one warp's width
     assert transform_chunk(192, 64, 16) == LANE_CHANNELS
@@ -162,7 +163,8 @@ def test_transform_tiles_default_to_the_group():
 
 
 def test_default_params_split_tiles_only_when_tasks_are_few():
-    from megawino.tasks import TRANSFORM_MIN_TILES, transform_tiles
+    from megawino.task_sizes import transform_tiles
+    from megawino.tasks import TRANSFORM_MIN_TILES
     assert transform_tiles(64, 24) == TRANSFORM_MIN_TILES     # densenet161.block4: 24 -> 96 tasks
     assert transform_tiles(128, 64) == 16                     # 64 -> 256 tasks is still < 264: 512
     assert transform_tiles(128, 140) == 64                    # 280 >= 264 workers
@@ -177,7 +179,7 @@ def test_default_params_split_tiles_only_when_tasks_are_few():
 
 
 def test_default_filter_tasks_split_while_few():
-    from megawino.tasks import FILTER_MIN_PAIRS
+    from megawino.task_sizes import FILTER_MIN_PAIRS
     small = Layout(LayerSpec(64, 192, 48, 7, 7), default_params(LayerSpec(64, 192, 48, 7, 7)))
     assert small.params.filter_pairs_per_task == FILTER_MIN_PAIRS     # 9216 pairs: 36 tasks
     big = default_params(LayerSpec(64, 512, 512, 14, 14))               # 256 tasks of 1024 < 264

@@ -1,0 +1,71 @@
+"""Task sizes for a layer: the heuristic (``default_params``) and the split rules the tuner's
+candidate space shares with it (``transform_chunk``, ``transform_tiles``).  What a task *is*
+(types, parameters, layout, graph) lives in :mod:`megawino.tasks`; this module only chooses sizes.
+"""
+from __future__ import annotations
+
+from .spec import LayerSpec
+from .tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, TRANSFORM_MIN_TILES,
+                    TaskParams, round_up)
+from .winograd import tiles_for
+
+GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
+DEFAULT_WORKERS = 264    # 132 SMs x 2 resident megakernel blocks on the H100
+FILTER_MIN_PAIRS = 256   # fewest (c, k) pairs a filter task covers: one per thread of a
+                         # 256-thread block (megawino.nvrtc.BLOCK_THREADS)
+
+
+def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
+    """Sensible task sizes for a layer (the tuner in bench/tune.py refines them).
+
+    Rule: GEMM tasks of about 128 tiles x min(K, 128) channels; transform tasks of about
+    4096 (tile, channel) pairs so each of 256 threads has work, split further (down to
+    LANE_CHANNELS channels, a warp's width, then down to TRANSFORM_MIN_TILES tiles) while
+    there are fewer transform tasks than resident workers (filter tasks likewise, from 1024
+    down to FILTER_MIN_PAIRS pairs): on small layers coarse transforms
+    left most blocks idle (densenet161.block3: 48 input tasks of 53 us for 264 workers;
+    bench/NOTES.md 20 and 32).
+    """
+    spec.require_winograd()
+    tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
+    k_stride = round_up(spec.K, K_ALIGN)
+    # 128 output channels per GEMM task where K allows: fewer, longer GEMM tasks made the
+    # megakernel 2-5% faster on the wide layers (bench/NOTES.md experiment 6).
+    gemm_k = min(k_stride, GEMM_WIDE_K)
+    # 128-row GEMM tasks (64-row tasks run the narrow tile at 20-23 TFLOP/s) as long
+    # as they still make about two waves of the resident blocks.
+    gemm_tasks_128 = -(-tiles // 128) * (m + 2) ** 2 * -(-k_stride // gemm_k)
+    tiles_per_group = 128 if gemm_tasks_128 >= 2 * DEFAULT_WORKERS else GEMM_BLOCK_ROWS
+    groups = -(-tiles // tiles_per_group)
+    per_task_pairs = 4096
+    c_pad = round_up(spec.C, CHANNEL_ALIGN)
+    input_channels = transform_chunk(c_pad, per_task_pairs // tiles_per_group, groups)
+    output_k = transform_chunk(spec.K, per_task_pairs // tiles_per_group, groups)
+    filter_pairs = 1024
+    while filter_pairs // 2 >= FILTER_MIN_PAIRS and -(-c_pad * k_stride // filter_pairs) < DEFAULT_WORKERS:
+        filter_pairs //= 2
+    return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
+                      gemm_k_per_task=gemm_k, output_k_per_task=output_k, filter_pairs_per_task=filter_pairs,
+                      input_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels)),
+                      output_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-spec.K // output_k)))
+
+
+def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAULT_WORKERS) -> int:
+    """Channels per transform task: ``chunk``, at least one warp's LANE_CHANNELS and at most
+    ``channels``, halved while the layer would have fewer than ``workers`` such tasks (never
+    below LANE_CHANNELS: a narrower task leaves lanes idle and is no faster)."""
+    chunk = min(channels, max(chunk, LANE_CHANNELS))
+    while chunk // 2 >= LANE_CHANNELS and groups * -(-channels // chunk) < workers:
+        chunk //= 2
+    return chunk
+
+
+def transform_tiles(tiles_per_group: int, tasks: int, workers: int = DEFAULT_WORKERS) -> int:
+    """Tiles per transform task: the whole group, halved while the layer would have fewer
+    than ``workers`` transform tasks (``tasks`` of whole groups), never below
+    TRANSFORM_MIN_TILES and always a divisor of ``tiles_per_group``."""
+    tiles = tiles_per_group
+    while (tiles % 2 == 0 and (tiles // 2) % TRANSFORM_MIN_TILES == 0
+           and tasks * (tiles_per_group // tiles) < workers):
+        tiles //= 2
+    return tiles
