@@ -20,6 +20,8 @@ if str(BENCH_DIR) not in sys.path:
 
 from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
                     free_gpu_memory, gpu_rel_l2, rotation_sets, short_error, time_cuda_stats)
+from megawino.task_sizes import default_params  # noqa: E402
+from megawino.tasks import Layout  # noqa: E402
 
 
 def layer_record(spec, layout=None) -> dict:
@@ -183,8 +185,6 @@ class Bench:
         cp, args = self.cp, self.args
         lay = None
         if spec.winograd_eligible:
-            from megawino.task_sizes import default_params
-            from megawino.tasks import Layout
             lay = Layout(spec, default_params(spec))
         rec = layer_record(spec, lay)
         b = rec["backends"]
@@ -373,8 +373,6 @@ class Bench:
         cp = self.cp
         if not spec.winograd_eligible:
             raise NotAvailable("not a Winograd layer")
-        from megawino.task_sizes import default_params
-        from megawino.tasks import Layout
         lay = Layout(spec, default_params(spec))
         a2, tp, cs, ks = lay.alpha2, lay.tiles_padded, lay.c_stride, lay.k_stride
         per_set = 4 * a2 * (tp * cs + cs * ks + tp * ks)
