@@ -19,8 +19,7 @@ import numpy as np  # noqa: E402
 
 from megawino import runtime, tuning  # noqa: E402
 from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.task_sizes import transform_tiles  # noqa: E402
-from megawino.tasks import Layout  # noqa: E402
+from megawino.task_sizes import with_transform_split  # noqa: E402
 from megawino.timing import rotated_inputs  # noqa: E402
 from megawino.tune import measure_us  # noqa: E402
 
@@ -29,14 +28,6 @@ def whole_groups(params):
     """The same task sizes with every transform task covering its whole group."""
     return dataclasses.replace(params, input_tiles_per_task=params.tiles_per_group,
                                output_tiles_per_task=params.tiles_per_group)
-
-
-def split(spec, params):
-    """default_params' split rule applied to these task sizes' transform chunks."""
-    lay = Layout(spec, whole_groups(params))
-    return dataclasses.replace(
-        params, input_tiles_per_task=transform_tiles(params.tiles_per_group, lay.num_groups * lay.inputs_per_group),
-        output_tiles_per_task=transform_tiles(params.tiles_per_group, lay.num_groups * lay.outputs_per_group))
 
 
 def main(argv=None) -> int:
@@ -55,7 +46,7 @@ def main(argv=None) -> int:
         heur_params, heur_mapping, _ = tuning.choose(spec, key=None)
         configs = {
             "table": (whole_groups(table_params), table_mapping),
-            "table+split": (split(spec, table_params), table_mapping),
+            "table+split": (with_transform_split(spec, table_params), table_mapping),
             "heuristic-whole": (whole_groups(heur_params), heur_mapping),
             "heuristic": (heur_params, heur_mapping),
         }

@@ -4,9 +4,11 @@ candidate space shares with it (``transform_chunk``, ``transform_tiles``).  What
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .spec import LayerSpec
 from .tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, TRANSFORM_MIN_TILES,
-                    TaskParams, round_up)
+                    Layout, TaskParams, round_up)
 from .winograd import tiles_for
 
 GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
@@ -44,10 +46,9 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     filter_pairs = 1024
     while filter_pairs // 2 >= FILTER_MIN_PAIRS and -(-c_pad * k_stride // filter_pairs) < DEFAULT_WORKERS:
         filter_pairs //= 2
-    return TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
-                      gemm_k_per_task=gemm_k, output_k_per_task=output_k, filter_pairs_per_task=filter_pairs,
-                      input_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels)),
-                      output_tiles_per_task=transform_tiles(tiles_per_group, groups * -(-spec.K // output_k)))
+    whole = TaskParams(m=m, tiles_per_group=tiles_per_group, input_channels_per_task=input_channels,
+                       gemm_k_per_task=gemm_k, output_k_per_task=output_k, filter_pairs_per_task=filter_pairs)
+    return with_transform_split(spec, whole)
 
 
 def transform_chunk(channels: int, chunk: int, groups: int, workers: int = DEFAULT_WORKERS) -> int:
@@ -69,3 +70,17 @@ def transform_tiles(tiles_per_group: int, tasks: int, workers: int = DEFAULT_WOR
            and tasks * (tiles_per_group // tiles) < workers):
         tiles //= 2
     return tiles
+
+
+def transform_split(spec: LayerSpec, params: TaskParams, workers: int = DEFAULT_WORKERS) -> tuple[int, int]:
+    """(input, output) tiles per transform task by ``transform_tiles`` for ``params``' group
+    size and channel chunks (the split default_params applies; the tuner offers it too)."""
+    lay = Layout(spec, dataclasses.replace(params, input_tiles_per_task=None, output_tiles_per_task=None))
+    return (transform_tiles(params.tiles_per_group, lay.num_groups * lay.inputs_per_group, workers),
+            transform_tiles(params.tiles_per_group, lay.num_groups * lay.outputs_per_group, workers))
+
+
+def with_transform_split(spec: LayerSpec, params: TaskParams, workers: int = DEFAULT_WORKERS) -> TaskParams:
+    """``params`` with the transform tile split of :func:`transform_split`."""
+    input_tiles, output_tiles = transform_split(spec, params, workers)
+    return dataclasses.replace(params, input_tiles_per_task=input_tiles, output_tiles_per_task=output_tiles)

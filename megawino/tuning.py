@@ -26,8 +26,8 @@ import re
 from .mapping import MappingParams
 from .resources import mapping_dir
 from .spec import LayerSpec
-from .task_sizes import DEFAULT_WORKERS, default_params, transform_chunk, transform_tiles
-from .tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout, TaskParams
+from .task_sizes import DEFAULT_WORKERS, default_params, transform_chunk, transform_split
+from .tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout, TaskParams, round_up
 from .winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
@@ -121,8 +121,8 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
     """(TaskParams, MappingParams) pairs the tuner may try, before simulation ranks them."""
     spec.require_winograd()
     base = default_params(spec, m)
-    k_stride = -(-spec.K // K_ALIGN) * K_ALIGN
-    c_pad = -(-spec.C // CHANNEL_ALIGN) * CHANNEL_ALIGN
+    k_stride = round_up(spec.K, K_ALIGN)
+    c_pad = round_up(spec.C, CHANNEL_ALIGN)
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
     tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
                             base.tiles_per_group})
@@ -138,16 +138,15 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
         chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
                           transform_chunk(spec.K, chunk, groups, workers)),
                          (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS))})
+        whole = [dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
+                                     input_channels_per_task=input_channels, output_k_per_task=output_k,
+                                     input_tiles_per_task=None, output_tiles_per_task=None)
+                 for input_channels, output_k in chunks]
         # Transform tiles: whole groups, and default_params' split rule (bench/NOTES.md 32).
-        splits = {(tiles_per_group, tiles_per_group)}
-        for input_channels, output_k in chunks:
-            splits.add((transform_tiles(tiles_per_group, groups * -(-c_pad // input_channels), workers),
-                        transform_tiles(tiles_per_group, groups * -(-spec.K // output_k), workers)))
-        for (input_channels, output_k), (input_tiles, output_tiles) in itertools.product(chunks, sorted(splits)):
-            params = dataclasses.replace(
-                base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
-                input_channels_per_task=input_channels, output_k_per_task=output_k,
-                input_tiles_per_task=input_tiles, output_tiles_per_task=output_tiles)
+        splits = {(tiles_per_group, tiles_per_group)} | {transform_split(spec, p, workers) for p in whole}
+        for params_whole, (input_tiles, output_tiles) in itertools.product(whole, sorted(splits)):
+            params = dataclasses.replace(params_whole, input_tiles_per_task=input_tiles,
+                                         output_tiles_per_task=output_tiles)
             # Distances in fractions and multiples of a wave of resident blocks (4 and 8 waves
             # hold outputs back until most GEMMs are through: resnet50.conv4_x's best mapping
             # with short transform tasks, bench/NOTES.md 37); M from no filter reuse to 8.
