@@ -25,7 +25,6 @@ constexpr int CHANNEL_ALIGN = 8;
 constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int COUNTER_STRIDE = 32;
-constexpr int TRANSFORM_MIN_TILES = 16;
 
 
 // Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).

@@ -32,7 +32,7 @@ __device__ __forceinline__ TileCoord tile_coord(const Params& p, long long t) {
 // tiles_per_group / tiles_per_task (megawino.tasks.Layout.input_slices / output_slices).
 struct TransformSlice {
   long long t_base;   // first tile
-  int tiles;          // tiles covered (a multiple of TRANSFORM_MIN_TILES)
+  int tiles;          // tiles covered (a multiple of megawino.tasks.TRANSFORM_MIN_TILES)
   int chunk;          // channel chunk
 };
 __device__ __forceinline__ TransformSlice transform_slice(const Params& p, int group, int index,
@@ -213,7 +213,7 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
 // < 32, not in the suite's default mappings) takes the predicated copy.  Same load_window /
 // Wino<M>::bt calls per (tile, channel) as input_transform_task_v2: same bits.  The loop is
 // warp-uniform (whole warp per item; lanes past c1 compute zeros that are never stored); NT
-// threads per block; a task's tile count is even (a multiple of TRANSFORM_MIN_TILES).
+// threads per block; a task's tile count is even (a multiple of tasks.TRANSFORM_MIN_TILES).
 __device__ __forceinline__ void st_global(float* ptr, float v) {
   asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
 }

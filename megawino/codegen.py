@@ -37,7 +37,6 @@ def header_text() -> str:
         f"constexpr int K_ALIGN = {tasks.K_ALIGN};",
         f"constexpr int GEMM_BLOCK_ROWS = {tasks.GEMM_BLOCK_ROWS};",
         f"constexpr int COUNTER_STRIDE = {tasks.COUNTER_STRIDE};",
-        f"constexpr int TRANSFORM_MIN_TILES = {tasks.TRANSFORM_MIN_TILES};",
         "",
         "",
     ]
