@@ -1,6 +1,8 @@
 // GEMM task (group g, j = position * k_blocks + K block):
 //   M[p][rows of g][K block] = V[p][rows of g][:] @ U[p][:][K block]
-// Mirrors megawino/stages/gemm.py.  float32 FFMA (the opt-in MW_GEMM_TF32X3 build: 3xTF32 tensor cores).
+// Mirrors megawino/stages/gemm.py.  float32 in and out; the products run as 3xTF32 on the tensor
+// cores (MW_GEMM_TF32X3=1, the default: fp32-level error, bench/NOTES.md 25 and 40) or as one
+// FFMA chain per element (MW_GEMM_TF32X3=0).
 //
 // Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 variant),
 // 256 threads, register micro-tile 8 x 4 (4 x 4), BK = 16, GEMM_STAGES-deep
@@ -27,12 +29,16 @@ constexpr int GEMM_BN = 64;
 constexpr int GEMM_BK = 16;
 constexpr int GEMM_STAGES = 3;
 constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
-// MW_GEMM_TF32X3 (opt-in experiment, bench/NOTES.md 25): the tile's products on tensor cores
+// MW_GEMM_TF32X3 (default 1; bench/NOTES.md 25, 40): the tile's products on tensor cores
 // as three TF32 MMAs (big*big + big*small + small*big of each operand's TF32 split).  Its B
 // fragment reads 4 k rows x 8 columns per warp instruction: a row stride of 72 floats puts
 // them in 32 distinct banks (64 would be a 4-way conflict).
 #ifndef MW_GEMM_TF32X3
-#define MW_GEMM_TF32X3 0
+#define MW_GEMM_TF32X3 1
+#endif
+// m16 row blocks per warp in the TF32X3 tile (1 or 2).
+#ifndef MW_GEMM_TF32X3_MT
+#define MW_GEMM_TF32X3_MT 2
 #endif
 constexpr int GEMM_BS_STRIDE = MW_GEMM_TF32X3 ? GEMM_BN + 8 : GEMM_BN;
 
@@ -67,12 +73,27 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
   big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
   small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
 }
-// d += a (16 x 8, row) * b (8 x 8, col) on the tensor cores.
+// d += a (16 x 8, row) * b (8 x 8, col) on the tensor cores.  Not volatile: the MMA is a pure
+// function of its operands, so the compiler may interleave independent MMAs (the volatile
+// form kept every MMA in source order, each waiting on the previous one: bench/NOTES.md 40).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// d = a * b (the accumulator input is zero).
+__device__ __forceinline__ void mma_tf32_zero(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+__device__ __forceinline__ int thread_index() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return static_cast<int>(t);
 }
 
 // One (MI*16) x 64 output tile: rows [row0, row0 + MI*16) of Vp / Mp, columns
@@ -86,7 +107,10 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;      // 2 or 1
   static_assert(A_CHUNKS % BLOCK_THREADS == 0, "A chunks");
   static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
-  const int tid = threadIdx.x;
+  // TF32X3: %tid.x read through volatile asm; with threadIdx.x NVVM hoists the tile's
+  // tid-derived offsets out of the megakernel's ticket loop, where they stay live through the
+  // transform tasks (4 B spill in the m4 NHWC megakernel; bench/NOTES.md 19 saw the same).
+  const int tid = MW_GEMM_TF32X3 ? thread_index() : static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
 #if !MW_GEMM_TF32X3
   const int tr = (warp >> 1) * 4 + (lane >> 3);   // 0..15
@@ -124,14 +148,17 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   };
 
 #if MW_GEMM_TF32X3
-  // Warp tile: one m16 row block x NT n8 column blocks of m16n8k8 (16 x 64 for 128-row tiles,
-  // 16 x 32 for 64-row tiles): one A fragment per k step keeps the registers under the cap.
-  constexpr int WARPS_M = ROWS / 16;
-  constexpr int NT = GEMM_BN / 8 / (BLOCK_THREADS / 32 / WARPS_M);
-  static_assert(WARPS_M * (GEMM_BN / (8 * NT)) * 32 == BLOCK_THREADS, "warp grid covers the tile");
+  // Warp tile: MT m16 row blocks x NT n8 column blocks of m16n8k8, 32 x 32 for 128-row tiles
+  // (4 x 2 warps), 32 x 16 for 64-row tiles (2 x 4 warps): per k8 a warp reads and splits
+  // 4 MT + 2 NT operands for 3 MT NT MMAs.
+  constexpr int MT = MW_GEMM_TF32X3_MT;
+  constexpr int WARPS_M = ROWS / (16 * MT);
+  constexpr int WARPS_N = BLOCK_THREADS / 32 / WARPS_M;
+  constexpr int NT = GEMM_BN / 8 / WARPS_N;
+  static_assert(WARPS_M * WARPS_N * 32 == BLOCK_THREADS && NT * 8 * WARPS_N == GEMM_BN, "warp grid covers the tile");
   const int g = lane >> 2, t4 = lane & 3;
-  const int warp_row = (warp % WARPS_M) * 16, warp_col = (warp / WARPS_M) * (8 * NT);
-  constexpr int ACC_ROWS = NT;   // acc[j]: the C fragment of n8 block j
+  const int warp_row = (warp % WARPS_M) * (16 * MT), warp_col = (warp / WARPS_M) * (8 * NT);
+  constexpr int ACC_ROWS = MT * NT;   // acc[mt * NT + nt]: the C fragment of block (mt, nt)
 #else
   constexpr int ACC_ROWS = MI;   // acc[i]: row tr + 16 i, columns tc * 4 + [0, 4)
 #endif
@@ -159,34 +186,48 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
     const float* As = sm.A[stage];
     const float* Bs = sm.B[stage];
 #if MW_GEMM_TF32X3
-    // Each m16 x n8 tile's k-tile sum starts from zero and is added to acc with one FADD:
-    // the tensor core's accumulation (not round-to-nearest) then only spans BK terms.
-    constexpr int K8 = GEMM_BK / 8;
-    unsigned a_big[K8][4], a_small[K8][4];
+    // Each (mt, nt) block's k-tile sum starts from zero and is added to acc with one FADD:
+    // the tensor core's accumulation (not round-to-nearest) then only spans BK terms.  Per k8
+    // the three products of all blocks are issued product by product, so MT * NT independent
+    // MMAs separate two that accumulate into the same registers.
+    float part[MT * NT][4];
 #pragma unroll
-    for (int q = 0; q < K8; ++q) {
-      const float* ap = As + (warp_row + g) * GEMM_AS_STRIDE + 8 * q + t4;
-      split_tf32(ap[0], a_big[q][0], a_small[q][0]);
-      split_tf32(ap[8 * GEMM_AS_STRIDE], a_big[q][1], a_small[q][1]);
-      split_tf32(ap[4], a_big[q][2], a_small[q][2]);
-      split_tf32(ap[8 * GEMM_AS_STRIDE + 4], a_big[q][3], a_small[q][3]);
-    }
+    for (int q = 0; q < GEMM_BK / 8; ++q) {
+      unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int q = 0; q < K8; ++q) {
-        const float* bp = Bs + (8 * q + t4) * GEMM_BS_STRIDE + warp_col + 8 * j + g;
-        unsigned b_big[2], b_small[2];
-        split_tf32(bp[0], b_big[0], b_small[0]);
-        split_tf32(bp[4 * GEMM_BS_STRIDE], b_big[1], b_small[1]);
-        mma_tf32(part, a_small[q], b_big);
-        mma_tf32(part, a_big[q], b_small);
-        mma_tf32(part, a_big[q], b_big);
+      for (int mt = 0; mt < MT; ++mt) {
+        const float* ap = As + (warp_row + 16 * mt + g) * GEMM_AS_STRIDE + 8 * q + t4;
+        split_tf32(ap[0], a_big[mt][0], a_small[mt][0]);
+        split_tf32(ap[8 * GEMM_AS_STRIDE], a_big[mt][1], a_small[mt][1]);
+        split_tf32(ap[4], a_big[mt][2], a_small[mt][2]);
+        split_tf32(ap[8 * GEMM_AS_STRIDE + 4], a_big[mt][3], a_small[mt][3]);
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(acc[j][e], part[e]);
+      for (int nt = 0; nt < NT; ++nt) {
+        const float* bp = Bs + (8 * q + t4) * GEMM_BS_STRIDE + warp_col + 8 * nt + g;
+        split_tf32(bp[0], b_big[nt][0], b_small[nt][0]);
+        split_tf32(bp[4 * GEMM_BS_STRIDE], b_big[nt][1], b_small[nt][1]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (q == 0) mma_tf32_zero(part[mt * NT + nt], a_small[mt], b_big[nt]);
+          else mma_tf32(part[mt * NT + nt], a_small[mt], b_big[nt]);
+        }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_tf32(part[mt * NT + nt], a_big[mt], b_small[nt]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_tf32(part[mt * NT + nt], a_big[mt], b_big[nt]);
     }
+#pragma unroll
+    for (int j = 0; j < MT * NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(acc[j][e], part[j][e]);
 #else
 #pragma unroll
     for (int kk = 0; kk < GEMM_BK; kk += 4) {
@@ -215,17 +256,20 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   __syncthreads();   // shared memory free for the next tile / task
 
 #if MW_GEMM_TF32X3
-  // C fragment: rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each n8 block.  col_end
+  // C fragment: rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each (mt, nt) block.  col_end
   // is a multiple of K_ALIGN (4), so a column pair is wholly inside or wholly outside.
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int col = col0 + warp_col + 8 * j + 2 * t4;
-    if (col < col_end) {
-      float* dst = Mp + (row0 + warp_row + g) * k_stride + col;
-      *reinterpret_cast<float2*>(dst) = make_float2(acc[j][0], acc[j][1]);
-      *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[j][2], acc[j][3]);
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = col0 + warp_col + 8 * nt + 2 * t4;
+      if (col < col_end) {
+        const float* a = acc[mt * NT + nt];
+        float* dst = Mp + (row0 + warp_row + 16 * mt + g) * k_stride + col;
+        *reinterpret_cast<float2*>(dst) = make_float2(a[0], a[1]);
+        *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(a[2], a[3]);
+      }
     }
-  }
 #else
   if (col0 + tc * 4 < col_end) {
 #pragma unroll
