@@ -68,6 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--suite-file", default=None, help="layers.json (default: shared/suite/layers.json)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tol", type=float, default=TOLERANCE)
+    p.add_argument("--gemm-math", choices=("3xtf32", "ffma"), default="3xtf32",
+                   help="the Winograd GEMM's arithmetic for the megakernel and non-fused path "
+                        "(megawino.nvrtc.GEMM_MATHS; default 3xtf32)")
     args = p.parse_args(argv)
     if args.batch is not None and args.batch < 1:
         p.error("--batch must be >= 1")

@@ -124,7 +124,9 @@ class Bench:
                 self.cudnn_error = short_error(err)
                 env["cudnn_legacy_error"] = self.cudnn_error
         self.environment = env
+        self.gemm_math = getattr(args, "gemm_math", "3xtf32")
         self.settings = {"torch_cudnn_benchmark": True, "tf32": False, "cudnn_legacy_math": "FMA (3)",
+                         "megawino_gemm_math": self.gemm_math,
                          "stream": self.stream_ptr, "l2_bytes_for_rotation": self.l2,
                          "rotation": "ceil(3 * L2 / bytes of x) input sets, >= 2, <= 64, within budget"}
 
@@ -270,7 +272,9 @@ class Bench:
         algos = tuple(getattr(rt, "ALGOS", ()))
         if algo == "direct" and "direct" not in algos:
             raise NotAvailable("direct path not built")
-        return rt.plan(spec, algo=algo)
+        if algo == "direct":
+            return rt.plan(spec, algo=algo)
+        return rt.plan(spec, algo=algo, gemm_math=self.gemm_math)
 
     def _ours(self, spec, st, algo: str) -> dict:
         cp = self.cp

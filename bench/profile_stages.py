@@ -51,7 +51,7 @@ def build(kind, spec, extra):
     key = (kind, spec.layout, extra)
     if key in _MODS:
         return _MODS[key]
-    opts = nvrtc.compile_options(4, spec.layout, False) + tuple(extra.split())
+    opts = nvrtc.with_defines(nvrtc.compile_options(4, spec.layout, False), tuple(extra.split()))
     code = (nvrtc.cuda_dir() / f"{kind}.cu").read_text()
     _MODS[key] = cp.RawModule(code=code, options=opts)
     return _MODS[key]

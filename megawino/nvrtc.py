@@ -14,6 +14,17 @@ from .resources import cuda_dir, source_hash
 
 BLOCK_THREADS = 256
 KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
+# How the batched GEMM multiplies (cuda/gemm.cuh, bench/NOTES.md 40) -> its MW_GEMM_TF32X3 value.
+# "3xtf32": tensor cores, each fp32 operand split into two TF32 parts, fp32 accumulation (the
+# default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per element.
+GEMM_MATHS = {"3xtf32": 1, "ffma": 0}
+DEFAULT_GEMM_MATH = "3xtf32"
+
+
+def check_gemm_math(gemm_math: str) -> str:
+    if gemm_math not in GEMM_MATHS:
+        raise ValueError(f"gemm_math must be one of {tuple(GEMM_MATHS)}, got {gemm_math!r}")
+    return gemm_math
 
 
 def gpu_available() -> bool:
@@ -68,26 +79,37 @@ def extra_defines() -> tuple[str, ...]:
     return tokens
 
 
-def compile_options(m: int, layout: str, trace: bool) -> tuple[str, ...]:
+def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_GEMM_MATH) -> tuple[str, ...]:
     opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
-            f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}"]
+            f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}",
+            f"-DMW_GEMM_TF32X3={GEMM_MATHS[check_gemm_math(gemm_math)]}"]
     if trace:
         opts.append("-DMW_TRACE")
-    return tuple(opts) + extra_defines()
+    return with_defines(opts, extra_defines())
 
 
-def module(kind: str, m: int, layout: str, trace: bool = False):
+def with_defines(options, extra) -> tuple[str, ...]:
+    """``options`` + ``extra``, where a ``-DNAME[=VALUE]`` of ``extra`` replaces the option that
+    defines the same NAME (so a variant can override e.g. MW_GEMM_TF32X3 without a redefinition)."""
+    def name(opt):
+        return opt[2:].partition("=")[0] if opt.startswith("-D") else None
+    replaced = {name(e) for e in extra} - {None}
+    return tuple(o for o in options if name(o) not in replaced) + tuple(extra)
+
+
+def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
     """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
     ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
     if kind not in KERNEL_KINDS:
         raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
-    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), source_hash(), extra_defines())
+    check_gemm_math(gemm_math)
+    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), gemm_math, source_hash(), extra_defines())
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
             cupy = cupy_module()
             code = (cuda_dir() / f"{kind}.cu").read_text()
-            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3]))
+            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3], gemm_math))
             _MODULES[key] = mod
     return mod
 

@@ -21,8 +21,8 @@ from . import mapping as mapping_mod
 from .resources import cuda_dir, source_hash
 from .spec import LayerSpec
 from . import tuning
-from .nvrtc import (BLOCK_THREADS, KERNEL_KINDS, as_cupy, blocks_per_sm, cupy_module as _cupy,
-                    gpu_available, module)
+from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, blocks_per_sm, check_gemm_math,
+                    cupy_module as _cupy, gpu_available, module)
 from .tasks import COUNTER_STRIDE, TaskParams, TaskType, build_graph
 
 __all__ = ["plan", "conv2d", "Plan", "DirectPlan", "gpu_available", "cuda_dir", "source_hash"]
@@ -80,7 +80,8 @@ class Plan:
     scheduler state, allocated once.  ``plan(x, w)`` runs the layer."""
 
     def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
-                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False):
+                 algo: str = "megakernel", timeout_s: float = 2.0, trace: bool = False,
+                 gemm_math: str = DEFAULT_GEMM_MATH):
         cupy = _cupy()
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
@@ -91,11 +92,12 @@ class Plan:
             raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
         if trace and algo != "megakernel":
             raise ValueError("trace=True needs algo='megakernel'")
+        self.gemm_math = check_gemm_math(gemm_math)
         self.spec = spec
         self.algo = algo
         self.timeout_s = float(timeout_s)
         self.traced = bool(trace)
-        mod = module(algo, params.m if params is not None else 4, spec.layout, trace)
+        mod = module(algo, params.m if params is not None else 4, spec.layout, trace, self.gemm_math)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         if algo == "megakernel":
             self._mega = mod.get_function("mw_megakernel")
@@ -279,27 +281,33 @@ class DirectPlan:
 
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
-         timeout_s: float = 2.0, trace: bool = False):
+         timeout_s: float = 2.0, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
     """A reusable plan for one layer shape: :class:`Plan` for the Winograd algos
-    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``."""
+    (``megakernel``, ``nonfused``), :class:`DirectPlan` for ``direct``.  ``gemm_math``:
+    how the Winograd GEMM multiplies, ``"3xtf32"`` (default) or ``"ffma"`` (nvrtc.GEMM_MATHS)."""
+    check_gemm_math(gemm_math)
     if algo == "direct":
         if params is not None or mapping is not None or trace:
             raise ValueError("algo='direct' takes no task params, mapping or trace")
         return DirectPlan(spec)
-    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace)
+    return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace,
+                gemm_math=gemm_math)
 
 
 _PLANS: dict = {}
 
 
-def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW"):
+def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW",
+           gemm_math: str = DEFAULT_GEMM_MATH):
     """Convolution (cross-correlation) on the GPU.  ``x`` is [N][C][H][W] (NCHW) or
     [N][H][W][C] (NHWC), ``w`` is [K][C][R][S]; returns a CuPy array in the same layout.
     ``algo="auto"``: 3x3 stride 1 runs as Winograd F(4x4, 3x3) in the megakernel,
-    everything else on the direct path; ``megakernel``, ``nonfused`` or ``direct`` force one."""
+    everything else on the direct path; ``megakernel``, ``nonfused`` or ``direct`` force one.
+    ``gemm_math``: the Winograd GEMM's arithmetic, ``"3xtf32"`` (default) or ``"ffma"``."""
     cupy = _cupy()
     if algo not in ("auto",) + ALGOS:
         raise ValueError(f"algo must be one of {('auto',) + ALGOS}, got {algo!r}")
+    check_gemm_math(gemm_math)
     x = as_cupy(x, "x")
     w = as_cupy(w, "w")
     if x.ndim != 4 or w.ndim != 4:
@@ -317,8 +325,8 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
                      int(padding), layout)
     if algo == "auto":
         algo = "megakernel" if spec.winograd_eligible else "direct"
-    key = (spec, algo)
+    key = (spec, algo, gemm_math)
     p = _PLANS.get(key)
     if p is None:
-        p = _PLANS[key] = plan(spec, algo=algo)
+        p = _PLANS[key] = plan(spec, algo=algo, gemm_math=gemm_math)
     return p(cupy.ascontiguousarray(x), cupy.ascontiguousarray(w))

@@ -497,9 +497,10 @@ def _fake_runtime(wrap, broken=False):
     from megawino.winograd import direct_conv_nchw
 
     class Plan:
-        def __init__(self, spec, algo):
+        def __init__(self, spec, algo, gemm_math="3xtf32"):
             if broken:
                 raise RuntimeError("NVRTC compile failed")
+            assert gemm_math in ("3xtf32", "ffma")
             self.spec, self.algo = spec, algo
             self.layout = Layout(spec, default_params(spec))
             rng = np.random.default_rng(1)
@@ -522,7 +523,7 @@ def _fake_runtime(wrap, broken=False):
         def check(self):
             self.checks += 1
 
-    return types.SimpleNamespace(ALGOS=("megakernel", "nonfused"), plan=lambda spec, algo: Plan(spec, algo))
+    return types.SimpleNamespace(ALGOS=("megakernel", "nonfused"), plan=lambda spec, algo, **kw: Plan(spec, algo, **kw))
 
 
 @pytest.fixture

@@ -148,6 +148,29 @@ def test_odd_task_params():
     assert bool((y2 == y).all())
 
 
+GEMM_MATH_SHAPES = [LayerSpec(2, 512, 64, 14, 14), LayerSpec(3, 5, 3, 10, 17, padding=0),
+                    LayerSpec(2, 64, 72, 15, 14, layout="NHWC")]
+
+
+@pytest.mark.parametrize("m", [4, 2])
+@pytest.mark.parametrize("spec", GEMM_MATH_SHAPES, ids=lambda s: s.shape_string + s.layout)
+def test_gemm_math_ffma_and_3xtf32(spec, m):
+    """Both GEMM arithmetics (nvrtc.GEMM_MATHS) meet the fp32 bars, the megakernel equals the
+    non-fused path bitwise in each, and the two are different code (not bitwise equal on C=512)."""
+    x, w, xd, wd = _inputs(spec, 23)
+    ref = direct_conv_nchw(x, w, 1, spec.padding)
+    params = default_params(spec, m=m)
+    outs = {}
+    for gm in ("ffma", "3xtf32"):
+        y = _run(_plan(spec, m, params=params, gemm_math=gm), xd, wd)
+        assert rel_l2(_to_nchw(spec, y), ref) < _tol(spec, m), gm
+        y2 = _run(_plan(spec, m, "nonfused", params=params, gemm_math=gm), xd, wd)
+        assert bool((y2 == y).all()), f"{gm}: megakernel and non-fused differ bitwise"
+        outs[gm] = y
+    if spec.C >= 512:
+        assert not bool((outs["ffma"] == outs["3xtf32"]).all()), "gemm_math did not change the GEMM"
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("m", [4, 2])
 def test_tile_split_transforms_bitwise(m, layout):
