@@ -4,18 +4,23 @@
 // cores (MW_GEMM_TF32X3=1, the default: fp32-level error, bench/NOTES.md 25 and 40) or as one
 // FFMA chain per element (MW_GEMM_TF32X3=0).
 //
-// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 variant),
-// 256 threads, register micro-tile 8 x 4 (4 x 4), BK = 16, GEMM_STAGES-deep
-// cp.async pipeline (16-byte copies, L1 bypassed: .cg).
-//   As[stage][row][BK + 4]  (V rows, C contiguous; the +4 pad makes the four
-//                            rows a warp reads at one time hit distinct banks)
-//   Bs[stage][BK][64]       (U rows, K contiguous)
-// Thread (tr, tc) owns rows tr + 16 i and columns tc * 4 + [0, 4); a warp is
-// 4 row-threads x 8 column-threads, so each LDS.128 of a warp reads 4 distinct
-// A addresses and 8 consecutive B vectors (128 bytes): no bank conflicts.
-// Every output element is one reduction over k = 0 .. c_stride-1 in order, one
-// __fmaf_rn per k (zero-filled k beyond c_stride adds +0): no split-K, no
-// atomics, the same bits for every mapping and both executors.
+// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 variant), 256 threads, BK = 16,
+// a cp.async ring of 16-byte copies (L1 bypassed: .cg), V rows (C contiguous) as A, U rows
+// (K contiguous) as B.  Every output element is one fixed reduction over k = 0 .. c_stride-1:
+// no split-K, no atomics, the same bits for every mapping, the megakernel and the non-fused
+// kernel.
+// 3xTF32 (default): warps own 32 x 32 (32 x 16) blocks of m16n8k8 MMAs; each operand is split
+// into two TF32 parts and big*big + big*small + small*big of every 16-term k tile is summed on
+// the tensor cores from zero, then added to the fp32 accumulator with one round-to-nearest FADD.
+// Shared memory per TileLayout (A rows unpadded, B chunks XOR-swizzled: MW_GEMM_TF32_VEC).
+// FFMA (MW_GEMM_TF32X3=0): register micro-tile 8 x 4 (4 x 4), 3 stages,
+//   As[stage][row][BK + 4]  (the +4 pad makes the four rows a warp reads at one time hit
+//                            distinct banks)
+//   Bs[stage][BK][64]
+// thread (tr, tc) owns rows tr + 16 i and columns tc * 4 + [0, 4); a warp is 4 row-threads x 8
+// column-threads, so each LDS.128 of a warp reads 4 distinct A addresses and 8 consecutive B
+// vectors (128 bytes): no bank conflicts.  One __fmaf_rn per k in order (zero-filled k beyond
+// c_stride adds +0).
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -41,6 +46,20 @@ constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
 #define MW_GEMM_TF32X3_MT 2
 #endif
 constexpr int GEMM_BS_STRIDE = MW_GEMM_TF32X3 ? GEMM_BN + 8 : GEMM_BN;
+
+// MW_GEMM_TF32_VEC (TF32X3 only; default 1, bench/NOTES.md 41): A fragments as one LDS.128 per
+// row and k tile (the k order inside each MMA permuted so that a thread's four k of a 16-wide
+// tile are adjacent), A rows unpadded (16 floats: a quarter-warp's 128-bit reads cover 32
+// banks), B rows unpadded with the 16-byte chunks XOR-swizzled by k so that the permuted B
+// reads hit 32 banks.  0: one LDS.32 per fragment element, padded rows.
+#ifndef MW_GEMM_TF32_VEC
+#define MW_GEMM_TF32_VEC 1
+#endif
+// Most cp.async stages a TF32X3 tile keeps in flight; the tile takes as many as fit the shared
+// memory union (3 for 128-row tiles, 4 or 5 for 64-row tiles), up to this.
+#ifndef MW_GEMM_MAX_STAGES
+#define MW_GEMM_MAX_STAGES 3
+#endif
 
 static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
 static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
@@ -96,6 +115,20 @@ __device__ __forceinline__ int thread_index() {
   return static_cast<int>(t);
 }
 
+// Shared-memory layout of a ROWS-row tile: STAGES A stages, then STAGES B stages.  The FFMA build
+// keeps GemmSmemNarrow's layout (128-row A stages, 3 stages) for every tile.
+template <int ROWS>
+struct TileLayout {
+  static constexpr bool VEC = MW_GEMM_TF32X3 && MW_GEMM_TF32_VEC;
+  static constexpr int A_STRIDE = VEC ? GEMM_BK : GEMM_AS_STRIDE;
+  static constexpr int B_STRIDE = VEC ? GEMM_BN : GEMM_BS_STRIDE;
+  static constexpr int A_STAGE = (MW_GEMM_TF32X3 ? ROWS : GEMM_BM) * A_STRIDE;
+  static constexpr int B_STAGE = GEMM_BK * B_STRIDE;
+  static constexpr int FIT = static_cast<int>(sizeof(GemmSmem) / sizeof(float)) / (A_STAGE + B_STAGE);
+  static constexpr int STAGES = MW_GEMM_TF32X3 ? (FIT < MW_GEMM_MAX_STAGES ? FIT : MW_GEMM_MAX_STAGES) : GEMM_STAGES;
+  static_assert(STAGES >= 2 && STAGES * (A_STAGE + B_STAGE) * sizeof(float) <= sizeof(GemmSmem), "stages fit");
+};
+
 // One (MI*16) x 64 output tile: rows [row0, row0 + MI*16) of Vp / Mp, columns
 // [col0, col0 + 64) of Up / Mp, columns >= col_end predicated off.
 template <int MI>
@@ -103,6 +136,17 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
                                           long long row0, int col0, int col_end, int c_stride,
                                           int k_stride) {
   constexpr int ROWS = MI * 16;
+  using L = TileLayout<ROWS>;
+  constexpr int STAGES = L::STAGES;
+  // Stage bases (the FFMA build: GemmSmemNarrow's members, as before TileLayout).
+#if MW_GEMM_TF32X3
+  float* const smem = reinterpret_cast<float*>(&sm);
+  auto a_stage = [&](int stage) { return smem + stage * L::A_STAGE; };
+  auto b_stage = [&](int stage) { return smem + STAGES * L::A_STAGE + stage * L::B_STAGE; };
+#else
+  auto a_stage = [&](int stage) { return sm.A[stage]; };
+  auto b_stage = [&](int stage) { return sm.B[stage]; };
+#endif
   constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);              // 16-byte chunks per stage
   constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;      // 2 or 1
   static_assert(A_CHUNKS % BLOCK_THREADS == 0, "A chunks");
@@ -128,6 +172,8 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   const int b_k = tid >> 4;            // 0..15
   const int b_col = (tid & 15) * 4;    // 0..60
   const bool b_col_ok = col0 + b_col < col_end;
+  // VEC: chunk c of B row k lands at chunk c ^ 2 ((k >> 2) & 3).
+  const int b_dst_col = L::VEC ? (((b_col >> 2) ^ (2 * ((b_k >> 2) & 3))) << 2) : b_col;
   const float* a_src[A_PER_THREAD];
 #pragma unroll
   for (int r = 0; r < A_PER_THREAD; ++r) a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch[r];
@@ -140,10 +186,10 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const bool ok = kbase + a_ch[r] < c_stride;
-      cp_async16(&sm.A[stage][a_row[r] * GEMM_AS_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
+      cp_async16(&a_stage(stage)[a_row[r] * L::A_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
     }
     const bool ok = b_col_ok && kbase + b_k < c_stride;
-    cp_async16(&sm.B[stage][b_k * GEMM_BS_STRIDE + b_col],
+    cp_async16(&b_stage(stage)[b_k * L::B_STRIDE + b_dst_col],
                ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
 
@@ -169,31 +215,59 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
 #pragma unroll
-  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+  for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     cp_async_commit();
   }
 
   for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<GEMM_STAGES - 2>();
+    cp_async_wait<STAGES - 2>();
     __syncthreads();   // stage kt visible to all; stage kt-1 no longer read by anyone
     {
-      const int nk = kt + GEMM_STAGES - 1;
-      if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
+      const int nk = kt + STAGES - 1;
+      if (nk < k_tiles) load_stage(nk, nk % STAGES);
       cp_async_commit();
     }
-    const int stage = kt % GEMM_STAGES;
-    const float* As = sm.A[stage];
-    const float* Bs = sm.B[stage];
+    const int stage = kt % STAGES;
+    const float* As = a_stage(stage);
+    const float* Bs = b_stage(stage);
 #if MW_GEMM_TF32X3
     // Each (mt, nt) block's k-tile sum starts from zero and is added to acc with one FADD:
     // the tensor core's accumulation (not round-to-nearest) then only spans BK terms.  Per k8
     // the three products of all blocks are issued product by product, so MT * NT independent
     // MMAs separate two that accumulate into the same registers.
     float part[MT * NT][4];
+#if MW_GEMM_TF32_VEC
+    // Thread (g, t4) holds k 4 t4 .. 4 t4 + 3 of rows g and g + 8: MMA q takes k 4 t4 + 2 q as its
+    // column t4 and k 4 t4 + 2 q + 1 as its column t4 + 4 (B rows likewise).
+    static_assert(GEMM_BK == 16, "VEC fragments cover a 16-wide k tile");
+    float4 a_vec[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        a_vec[mt][h] = *reinterpret_cast<const float4*>(As + (warp_row + 16 * mt + 8 * h + g) * L::A_STRIDE + 4 * t4);
+#endif
 #pragma unroll
     for (int q = 0; q < GEMM_BK / 8; ++q) {
       unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+#if MW_GEMM_TF32_VEC
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float4 r0 = a_vec[mt][0], r8 = a_vec[mt][1];
+        split_tf32(q == 0 ? r0.x : r0.z, a_big[mt][0], a_small[mt][0]);
+        split_tf32(q == 0 ? r8.x : r8.z, a_big[mt][1], a_small[mt][1]);
+        split_tf32(q == 0 ? r0.y : r0.w, a_big[mt][2], a_small[mt][2]);
+        split_tf32(q == 0 ? r8.y : r8.w, a_big[mt][3], a_small[mt][3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int n = warp_col + 8 * nt + g;
+        const float* bp = Bs + (4 * t4 + 2 * q) * L::B_STRIDE + ((((n >> 2) ^ (2 * t4)) << 2) | (n & 3));
+        split_tf32(bp[0], b_big[nt][0], b_small[nt][0]);
+        split_tf32(bp[L::B_STRIDE], b_big[nt][1], b_small[nt][1]);
+      }
+#else
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const float* ap = As + (warp_row + 16 * mt + g) * GEMM_AS_STRIDE + 8 * q + t4;
@@ -208,6 +282,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
         split_tf32(bp[0], b_big[nt][0], b_small[nt][0]);
         split_tf32(bp[4 * GEMM_BS_STRIDE], b_big[nt][1], b_small[nt][1]);
       }
+#endif
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
 VARIANTS = [("-DMW_M=4",), ("-DMW_M=2",), ("-DMW_M=4", "-DMW_TRACE"),   # NCHW: the lanes input map
             ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE"),
-            ("-DMW_M=4", "-DMW_GEMM_TF32X3=0"), ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=0")]  # FFMA GEMM
+            ("-DMW_M=4", "-DMW_GEMM_TF32X3=0"), ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=0"),  # FFMA GEMM
+            ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_GEMM_TF32_VEC=0")]   # 3xTF32 with scalar fragment loads
 NO_SPILL = ("mw_megakernel", "mw_gemm_kernel")
 
 
