@@ -35,13 +35,13 @@ constexpr int GEMM_BK = 16;
 constexpr int GEMM_STAGES = 3;
 constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
 // MW_GEMM_TF32X3 (default 1; bench/NOTES.md 25, 40): the tile's products on tensor cores
-// as three TF32 MMAs (big*big + big*small + small*big of each operand's TF32 split).  Its B
-// fragment reads 4 k rows x 8 columns per warp instruction: a row stride of 72 floats puts
-// them in 32 distinct banks (64 would be a 4-way conflict).
+// as three TF32 MMAs (big*big + big*small + small*big of each operand's TF32 split).  With
+// MW_GEMM_TF32_VEC=0 its B fragment reads 4 k rows x 8 columns per warp instruction: a row
+// stride of 72 floats puts them in 32 distinct banks (64 would be a 4-way conflict).
 #ifndef MW_GEMM_TF32X3
 #define MW_GEMM_TF32X3 1
 #endif
-// m16 row blocks per warp in the TF32X3 tile (1 or 2).
+// m16 row blocks per warp in the TF32X3 tile (1 or 2; 1 measured 2-6% slower, NOTES.md 40).
 #ifndef MW_GEMM_TF32X3_MT
 #define MW_GEMM_TF32X3_MT 2
 #endif
