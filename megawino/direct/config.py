@@ -20,6 +20,7 @@ import re
 
 from ..resources import mapping_dir
 from ..spec import LayerSpec
+from ..tasks import round_up
 
 # Tap bits of the gather table (direct_conv.cuh): filter row r is bit r, column s is bit
 # TAP_COL_BIT + s, TAP_SENTINEL marks table rows past C*R*S (every pixel treats it as outside).
@@ -283,13 +284,9 @@ def candidate_configs(spec: LayerSpec, hw: Hardware = H100) -> list[DirectConfig
     for cfg in all_configs():
         if not resource_ok(cfg, nhwc, hw, flush=flush):
             continue
-        if cfg.BN > 32 and cfg.BN >= 2 * _round_up(spec.K, 32):
+        if cfg.BN > 32 and cfg.BN >= 2 * round_up(spec.K, 32):
             continue
-        if cfg.BM > 32 and cfg.BM >= 2 * _round_up(M, 32):
+        if cfg.BM > 32 and cfg.BM >= 2 * round_up(M, 32):
             continue
         out.append(cfg)
     return out
-
-
-def _round_up(a: int, b: int) -> int:
-    return -(-a // b) * b

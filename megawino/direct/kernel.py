@@ -19,7 +19,8 @@ from ..nvrtc import as_cupy
 from ..resources import cuda_dir, source_hash
 from ..spec import LayerSpec
 from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
-                     _round_up, flush_terms, resource_ok)
+                     flush_terms, resource_ok)
+from ..tasks import round_up
 from ..tuning import current_gpu_key
 from .model import heuristic_config
 
@@ -50,7 +51,7 @@ def build_table(spec: LayerSpec) -> np.ndarray:
     rows past CRS hold TAP_SENTINEL, which every pixel counts as outside (they read zero)."""
     C, R, S, H, W = spec.C, spec.R, spec.S, spec.H, spec.W
     crs = C * R * S
-    rows = _round_up(crs, PACK_ROWS)
+    rows = round_up(crs, PACK_ROWS)
     table = np.zeros((rows, 2), dtype=np.int32)
     if spec.layout == "NCHW":          # kk = (c * R + r) * S + s
         c, r, s = np.meshgrid(np.arange(C), np.arange(R), np.arange(S), indexing="ij")
@@ -73,7 +74,7 @@ def pack_weights(w, layout: str = "NCHW", xp=np):
         mat = w.reshape(K, crs)
     else:
         mat = w.transpose(0, 2, 3, 1).reshape(K, crs)
-    out = xp.zeros((_round_up(crs, PACK_ROWS), _round_up(K, PACK_COLS)), dtype=w.dtype)
+    out = xp.zeros((round_up(crs, PACK_ROWS), round_up(K, PACK_COLS)), dtype=w.dtype)
     out[:crs, :K] = mat.T
     return out
 

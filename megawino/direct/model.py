@@ -16,8 +16,9 @@ import math
 
 from ..spec import LayerSpec
 from ..tuning import gpu_key
-from .config import (DEFAULT_CONFIG, H100, DirectConfig, Hardware, _round_up, candidate_configs,
+from .config import (DEFAULT_CONFIG, H100, DirectConfig, Hardware, candidate_configs,
                      flush_terms, occupancy, resource_ok)
+from ..tasks import round_up
 
 
 # ---------------------------------------------------------------------------
@@ -48,7 +49,7 @@ def _a_footprint_bytes(spec: LayerSpec, BM: int) -> float:
     if spec.layout == "NCHW":
         row_bytes = (-(-cols_in * 4 // 32) + 1) * 32
         return float(spec.C * rows_in * row_bytes)
-    return float(rows_in * cols_in * _round_up(spec.C * 4, 32))
+    return float(rows_in * cols_in * round_up(spec.C * 4, 32))
 
 
 def model_terms(spec: LayerSpec, cfg: DirectConfig, hw: Hardware = H100) -> dict:
@@ -100,9 +101,9 @@ def model_terms(spec: LayerSpec, cfg: DirectConfig, hw: Hardware = H100) -> dict
     # DRAM sees the input again per channel tile only when it does not fit in L2.
     in_bytes = 4.0 * spec.N * spec.C * spec.H * spec.W
     out_bytes = 4.0 * M * spec.K
-    w_bytes = 4.0 * _round_up(crs, cfg.BK) * nt * cfg.BN
+    w_bytes = 4.0 * round_up(crs, cfg.BK) * nt * cfg.BN
     a_block = min(_a_footprint_bytes(spec, cfg.BM), 4.0 * cfg.BM * crs)
-    l2_bytes = blocks * (a_block + 4.0 * _round_up(crs, cfg.BK) * cfg.BN) + out_bytes * (2 * chunks - 1)
+    l2_bytes = blocks * (a_block + 4.0 * round_up(crs, cfg.BK) * cfg.BN) + out_bytes * (2 * chunks - 1)
     rereads = 1 if in_bytes < 0.6 * hw.l2_bytes else nt
     dram_bytes = in_bytes * rereads + w_bytes + out_bytes
     t_dram = dram_bytes / hw.dram_bw * 1e6
