@@ -279,9 +279,15 @@ def test_info():
     code, text = run(["info"])
     assert code == 0
     assert_fits_80(text)
-    for word in ("megawino", "numpy", "networkx", "rich", "cupy", "GPU", "nvcc"):
+    for word in ("megawino", "numpy", "networkx", "rich", "cupy", "GPU", "nvcc", "Winograd GEMM", "3xtf32"):
         assert word in text
     assert np.__version__ in text
+
+
+def test_info_shows_cuda_defines(monkeypatch):
+    monkeypatch.setenv("MEGAWINO_CUDA_DEFINES", "-DMW_GEMM_TF32X3=0")
+    code, text = run(["info"])
+    assert code == 0 and "-DMW_GEMM_TF32X3=0" in text
 
 
 def test_python_m_megawino_help():

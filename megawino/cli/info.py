@@ -67,5 +67,14 @@ def cmd_info(args, out: Console, err: Console) -> int:
                 nvcc = os.path.join(root, "bin", "nvcc")
                 break
     table.add_row("nvcc", nvcc or "not found (not needed: kernels compile with NVRTC)")
+    from ..nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS, extra_defines
+    others = ", ".join(repr(m) for m in GEMM_MATHS if m != DEFAULT_GEMM_MATH)
+    table.add_row("Winograd GEMM", f"{DEFAULT_GEMM_MATH} by default (gemm_math={others} on conv2d / plan)")
+    try:
+        defines = extra_defines()
+    except ValueError as exc:
+        defines = (str(exc),)
+    if defines:
+        table.add_row("CUDA defines", Text(" ".join(defines), style="yellow"))
     out.print(table)
     return 0
