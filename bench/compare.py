@@ -37,6 +37,7 @@ import compare_backends  # noqa: E402
 from common import (CUDNN_ALGOS, find_loaded_library, geomean, json_clean, median,  # noqa: E402
                     ratio, short_error, tflops)
 from compare_backends import layer_record  # noqa: E402
+from megawino.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
 # The device side is compare_backends.py; these stay reachable as compare.<name>.
 NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entry_for
@@ -68,9 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--suite-file", default=None, help="layers.json (default: shared/suite/layers.json)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tol", type=float, default=TOLERANCE)
-    p.add_argument("--gemm-math", choices=("3xtf32", "ffma"), default="3xtf32",
+    p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,
                    help="the Winograd GEMM's arithmetic for the megakernel and non-fused path "
-                        "(megawino.nvrtc.GEMM_MATHS; default 3xtf32)")
+                        f"(default {DEFAULT_GEMM_MATH})")
     args = p.parse_args(argv)
     if args.batch is not None and args.batch < 1:
         p.error("--batch must be >= 1")

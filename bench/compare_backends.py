@@ -20,6 +20,7 @@ if str(BENCH_DIR) not in sys.path:
 
 from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
                     free_gpu_memory, gpu_rel_l2, rotation_sets, short_error, time_cuda_stats)
+from megawino.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
 from megawino.task_sizes import default_params  # noqa: E402
 from megawino.tasks import Layout  # noqa: E402
 
@@ -124,7 +125,7 @@ class Bench:
                 self.cudnn_error = short_error(err)
                 env["cudnn_legacy_error"] = self.cudnn_error
         self.environment = env
-        self.gemm_math = getattr(args, "gemm_math", "3xtf32")
+        self.gemm_math = getattr(args, "gemm_math", DEFAULT_GEMM_MATH)
         self.settings = {"torch_cudnn_benchmark": True, "tf32": False, "cudnn_legacy_math": "FMA (3)",
                          "megawino_gemm_math": self.gemm_math,
                          "stream": self.stream_ptr, "l2_bytes_for_rotation": self.l2,

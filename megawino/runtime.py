@@ -244,7 +244,7 @@ class Plan:
 
     def __repr__(self) -> str:
         return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
-                f"tasks={self.graph.num_tasks}, grid={self.grid})")
+                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}, grid={self.grid})")
 
 
 class DirectPlan:
