@@ -258,3 +258,16 @@ class CudnnConv:
             if d:
                 destroy(d)
         self.xd = self.yd = self.wd = self.cd = ctypes.c_void_p()
+
+
+def git_commit(repo_root) -> str | None:
+    """HEAD of the checkout at ``repo_root``, with "+dirty" when tracked files differ (None: no git)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True,
+                              text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return (head + ("+dirty" if dirty else "")) or None
+    except Exception:
+        return None

@@ -19,7 +19,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
-                    free_gpu_memory, gpu_rel_l2, rotation_sets, short_error, time_cuda_stats)
+                    free_gpu_memory, git_commit, gpu_rel_l2, rotation_sets, short_error, time_cuda_stats)
 from megawino.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
 from megawino.task_sizes import default_params  # noqa: E402
 from megawino.tasks import Layout  # noqa: E402
@@ -54,18 +54,6 @@ def _entry_for(err: BaseException) -> dict:
     return {"status": f"n/a: {short_error(err)}"}
 
 
-def _git_commit() -> str | None:
-    import subprocess
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return (head + ("+dirty" if dirty else "")) or None
-    except Exception:
-        return None
-
-
 class Bench:
     """CuPy, PyTorch (cuDNN), ctypes cuDNN and megawino.runtime, set up once."""
 
@@ -74,7 +62,7 @@ class Bench:
         self.cp, self.args, self.primary = cupy, args, primary
         self.dead: str | None = None           # set when the CUDA context is lost
         env: dict = {"python": sys.version.split()[0], "cupy": cupy.__version__,
-                     "CUPY_TF32": os.environ.get("CUPY_TF32"), "git_commit": _git_commit()}
+                     "CUPY_TF32": os.environ.get("CUPY_TF32"), "git_commit": git_commit(REPO_ROOT)}
         props = cupy.cuda.runtime.getDeviceProperties(0)
         name = props.get("name", b"?")
         env["gpu"] = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
@@ -273,9 +261,8 @@ class Bench:
         algos = tuple(getattr(rt, "ALGOS", ()))
         if algo == "direct" and "direct" not in algos:
             raise NotAvailable("direct path not built")
-        if algo == "direct":
-            return rt.plan(spec, algo=algo)
-        return rt.plan(spec, algo=algo, gemm_math=self.gemm_math)
+        winograd = {} if algo == "direct" else {"gemm_math": self.gemm_math}
+        return rt.plan(spec, algo=algo, **winograd)
 
     def _ours(self, spec, st, algo: str) -> dict:
         cp = self.cp

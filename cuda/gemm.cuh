@@ -41,10 +41,6 @@ constexpr int GEMM_AS_STRIDE = GEMM_BK + 4;
 #ifndef MW_GEMM_TF32X3
 #define MW_GEMM_TF32X3 1
 #endif
-// m16 row blocks per warp in the TF32X3 tile (1 or 2; 1 measured 2-6% slower, NOTES.md 40).
-#ifndef MW_GEMM_TF32X3_MT
-#define MW_GEMM_TF32X3_MT 2
-#endif
 constexpr int GEMM_BS_STRIDE = MW_GEMM_TF32X3 ? GEMM_BN + 8 : GEMM_BN;
 
 // MW_GEMM_TF32_VEC (TF32X3 only; default 1, bench/NOTES.md 41): A fragments as one LDS.128 per
@@ -197,7 +193,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
   // Warp tile: MT m16 row blocks x NT n8 column blocks of m16n8k8, 32 x 32 for 128-row tiles
   // (4 x 2 warps), 32 x 16 for 64-row tiles (2 x 4 warps): per k8 a warp reads and splits
   // 4 MT + 2 NT operands for 3 MT NT MMAs.
-  constexpr int MT = MW_GEMM_TF32X3_MT;
+  constexpr int MT = 2;   // m16 blocks per warp (1: 16 x 64 warp tiles, 2-6% slower, NOTES.md 40)
   constexpr int WARPS_M = ROWS / (16 * MT);
   constexpr int WARPS_N = BLOCK_THREADS / 32 / WARPS_M;
   constexpr int NT = GEMM_BN / 8 / WARPS_N;

@@ -80,9 +80,10 @@ def extra_defines() -> tuple[str, ...]:
 
 
 def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_GEMM_MATH) -> tuple[str, ...]:
+    check_gemm_math(gemm_math)
     opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
             f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}",
-            f"-DMW_GEMM_TF32X3={GEMM_MATHS[check_gemm_math(gemm_math)]}"]
+            f"-DMW_GEMM_TF32X3={GEMM_MATHS[gemm_math]}"]
     if trace:
         opts.append("-DMW_TRACE")
     return with_defines(opts, extra_defines())
@@ -102,8 +103,8 @@ def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str =
     ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
     if kind not in KERNEL_KINDS:
         raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
-    check_gemm_math(gemm_math)
-    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), gemm_math, source_hash(), extra_defines())
+    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), check_gemm_math(gemm_math),
+           source_hash(), extra_defines())
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
