@@ -1,0 +1,19 @@
+"""megawino for PyTorch models (needs the ``torch`` extra: ``pip install megawino[torch]``).
+
+* :func:`conv2d`: ``torch.nn.functional.conv2d``'s signature on megawino: CUDA float32
+  tensors through DLPack on torch's current stream; ``backend="cpu"`` runs CPU tensors on
+  megawino's CPU executor.
+* :func:`convert`: a model's ``nn.Conv2d`` layers that megawino can run become
+  :class:`MegawinoConv2d` in place (same parameters and ``state_dict`` keys); the others stay.
+* :func:`report`: per layer, what runs it and why (a rich table).
+
+Inference only: under autograd the layers run ``torch.nn.functional.conv2d`` (one warning
+per process).  ``import megawino`` does not import this module (nor torch).
+"""
+from __future__ import annotations
+
+from .functional import ALGO_NOTES, ALGOS, BACKENDS, conv2d, weights_changed
+from .modules import ConvertReport, LayerRow, MegawinoConv2d, convert, report, unsupported_reason
+
+__all__ = ["conv2d", "convert", "report", "MegawinoConv2d", "ConvertReport", "LayerRow",
+           "unsupported_reason", "weights_changed", "ALGOS", "BACKENDS", "ALGO_NOTES"]

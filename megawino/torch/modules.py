@@ -1,0 +1,183 @@
+"""``MegawinoConv2d`` and ``convert``: nn.Conv2d layers of a model run on megawino.
+
+``convert`` turns every plain ``nn.Conv2d`` that megawino can run into a
+:class:`MegawinoConv2d` in place (the same module object with a new class: parameters,
+buffers, hooks and ``state_dict`` keys are unchanged, so checkpoints still load) and leaves
+the others alone; :func:`report` says per layer what runs it and why.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
+from .functional import ALGO_NOTES, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
+
+__all__ = ["MegawinoConv2d", "convert", "report", "unsupported_reason", "ConvertReport", "LayerRow"]
+
+
+def _max_filter() -> int:
+    from ..direct import MAX_FILTER
+    return MAX_FILTER
+
+
+def unsupported_reason(conv: nn.Conv2d) -> str | None:
+    """Why megawino cannot run ``conv`` (None when it can): the ValueError text of
+    :func:`conv_arguments`, a padding mode, a dtype, or a filter above the direct path's size."""
+    if conv.padding_mode != "zeros":
+        return f"padding_mode={conv.padding_mode!r}: megawino pads with zeros only"
+    if conv.weight.dtype != torch.float32:
+        return f"weight dtype {conv.weight.dtype}: megawino runs float32 only"
+    try:
+        conv_arguments(conv.kernel_size, conv.stride, conv.padding, conv.dilation, conv.groups)
+    except ValueError as err:
+        return str(err)
+    if max(conv.kernel_size) > _max_filter():
+        r, s = conv.kernel_size
+        return f"filter {r}x{s} is larger than the direct path's {_max_filter()}x{_max_filter()}"
+    return None
+
+
+def _check_settings(backend: str, algo: str, gemm_math: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if algo not in ALGOS:
+        raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+    check_gemm_math(gemm_math)
+
+
+class MegawinoConv2d(nn.Conv2d):
+    """An nn.Conv2d whose forward runs :func:`megawino.torch.conv2d` (same parameters and
+    ``state_dict`` keys as nn.Conv2d).  ``backend``, ``algo`` and ``gemm_math`` as there;
+    after a forward, ``megawino_algo`` names what ran and ``megawino_input_shape`` the input."""
+
+    def __init__(self, *args, backend: str = "auto", algo: str = "auto",
+                 gemm_math: str = DEFAULT_GEMM_MATH, **kwargs):
+        _check_settings(backend, algo, gemm_math)
+        super().__init__(*args, **kwargs)
+        reason = unsupported_reason(self)
+        if reason is not None:
+            raise ValueError(reason)
+        self._set_megawino(backend, algo, gemm_math)
+
+    def _set_megawino(self, backend: str, algo: str, gemm_math: str) -> None:
+        self.megawino_backend = backend
+        self.megawino_request = algo
+        self.megawino_gemm_math = gemm_math
+        self.megawino_algo: str | None = None
+        self.megawino_input_shape: tuple[int, ...] | None = None
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out, self.megawino_algo = conv2d_with_algo(
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+            backend=self.megawino_backend, algo=self.megawino_request, gemm_math=self.megawino_gemm_math)
+        self.megawino_input_shape = tuple(input.shape)
+        return out
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, backend={self.megawino_backend!r}, "
+                f"algo={self.megawino_request!r}, gemm_math={self.megawino_gemm_math!r}")
+
+
+def convert(model: nn.Module, *, backend: str = "auto", algo: str = "auto",
+            gemm_math: str = DEFAULT_GEMM_MATH, example_input=None, verbose: bool = True) -> nn.Module:
+    """Run ``model``'s convolutions on megawino: every plain ``nn.Conv2d`` megawino can run
+    becomes a :class:`MegawinoConv2d` **in place** (``model`` is returned); the others, and
+    subclasses of nn.Conv2d with their own forward, stay as they are.
+
+    ``example_input``: one forward under ``torch.inference_mode()`` right away, which makes
+    the per-layer choice of ``algo="auto"`` (shown in the report).  ``verbose``: print the
+    report (:func:`report`) as a rich table."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _check_settings(backend, algo, gemm_math)
+    for module in model.modules():
+        if type(module) is nn.Conv2d and unsupported_reason(module) is None:
+            module.__class__ = MegawinoConv2d
+        if isinstance(module, MegawinoConv2d):
+            module._set_megawino(backend, algo, gemm_math)
+    if example_input is not None:
+        with torch.inference_mode():
+            model(example_input)
+    if verbose:
+        from rich.console import Console
+        Console().print(report(model).table())
+    return model
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRow:
+    """One nn.Conv2d of a model: its shape, whether megawino runs it and what ran last."""
+
+    name: str
+    in_channels: int
+    out_channels: int
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int] | str
+    replaced: bool
+    algo: str | None          # what ran at the last forward (None: not run since convert)
+    input_shape: tuple[int, ...] | None
+    note: str                 # why it was left alone, or what a non-megawino algorithm means
+
+    @property
+    def shape(self) -> str:
+        r, s = self.kernel_size
+        padding = self.padding if isinstance(self.padding, str) else "x".join(map(str, self.padding))
+        return (f"{self.in_channels}->{self.out_channels} {r}x{s} "
+                f"s{'x'.join(map(str, self.stride))} p{padding}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertReport:
+    rows: tuple[LayerRow, ...]
+
+    @property
+    def replaced(self) -> list[str]:
+        return [row.name for row in self.rows if row.replaced]
+
+    @property
+    def left_alone(self) -> dict[str, str]:
+        return {row.name: row.note for row in self.rows if not row.replaced}
+
+    def table(self):
+        from rich.table import Table
+        table = Table(title=f"megawino.torch: {len(self.replaced)} of {len(self.rows)} Conv2d layers on megawino")
+        for column in ("layer", "shape", "input", "runs on", "note"):
+            table.add_column(column)
+        for row in self.rows:
+            if not row.replaced:
+                runs_on = "[yellow]PyTorch (left alone)[/]"
+            elif row.algo is None:
+                runs_on = "megawino (chosen at first call)"
+            else:
+                runs_on = row.algo if row.algo in ALGO_NOTES else f"[green]{row.algo}[/]"
+            shape = "" if row.input_shape is None else "x".join(map(str, row.input_shape))
+            table.add_row(row.name or "(model)", row.shape, shape, runs_on, row.note)
+        return table
+
+    def __rich__(self):
+        return self.table()
+
+
+def report(model: nn.Module) -> ConvertReport:
+    """Every nn.Conv2d of ``model`` (converted or not), in module order."""
+    rows = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Conv2d):
+            continue
+        replaced = isinstance(module, MegawinoConv2d)
+        algo = module.megawino_algo if replaced else None
+        if replaced:
+            note = ALGO_NOTES.get(algo, "")
+        elif type(module) is not nn.Conv2d:
+            note = f"{type(module).__name__} subclasses nn.Conv2d with its own forward"
+        else:
+            note = unsupported_reason(module) or "not converted"
+        rows.append(LayerRow(name, module.in_channels, module.out_channels, tuple(module.kernel_size),
+                             tuple(module.stride), module.padding if isinstance(module.padding, str)
+                             else tuple(module.padding), replaced, algo,
+                             module.megawino_input_shape if replaced else None, note))
+    return ConvertReport(tuple(rows))
