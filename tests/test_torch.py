@@ -1,5 +1,6 @@
 """megawino.torch on the CPU: which layers convert, argument handling and refusals, and
 converted models through the CPU executor against torch.nn.functional.conv2d."""
+import collections
 import copy
 import subprocess
 import sys
@@ -400,3 +401,55 @@ def test_report_table_lists_every_layer():
         assert name in text
     assert "5 of 14 Conv2d layers" in text
     assert "chosen at first call" in text
+
+
+# ---------------------------------------------------------------------------
+# The YOLOv3-style model of bench/darknet.py and bench/models.py's pure helpers
+# ---------------------------------------------------------------------------
+
+def _bench_module(name):
+    from pathlib import Path
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    return __import__(name)
+
+
+def test_darknet_converts_every_conv_and_matches_torch(rng):
+    darknet = _bench_module("darknet")
+    from megawino.networks import yolov3
+    torch.manual_seed(0)
+    model = darknet.YOLOv3(num_classes=3, width=4).eval()
+    reference_model = copy.deepcopy(model).double()
+    x = randn(rng, 1, 3, 32, 32)
+    mwt.convert(model, backend="cpu", example_input=x, verbose=False)
+    rep = mwt.report(model)
+    assert len(rep.replaced) == len(rep.rows) == 75 and not rep.left_alone
+    # The full-width network has exactly the conv shapes of megawino.networks' YOLOv3 table.
+    full = darknet.YOLOv3()
+    table = collections.Counter((s.spec.C, s.spec.K, s.spec.R, s.spec.stride) for s in yolov3(1, 416)
+                                for _ in range(s.count))
+    mine = collections.Counter((m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0])
+                               for m in full.modules() if isinstance(m, nn.Conv2d))
+    assert mine == table
+    with torch.inference_mode():
+        outputs = model(x)
+    references = reference_model(x.double())
+    assert [tuple(o.shape) for o in outputs] == [(1, 24, 1, 1), (1, 24, 2, 2), (1, 24, 4, 4)]
+    for out, ref in zip(outputs, references):
+        assert rel_l2(out, ref) < 1e-5
+
+
+def test_bench_models_helpers():
+    models = _bench_module("models")
+    out = [torch.tensor([[1.0, 3.0, 2.0], [5.0, 4.0, 0.0]])]
+    ref = [torch.tensor([[1.0, 3.0, 2.5], [3.0, 4.0, 0.0]], dtype=torch.float64)]
+    assert models.top1_agreement(out, ref) == 0.5
+    expected = float(np.sqrt(0.25 + 4.0) / np.sqrt((ref[0] ** 2).sum().item()))
+    assert models.rel_l2(out + out, ref + ref) == pytest.approx(expected)
+    assert models.flat_outputs((out[0], out[0])) == [out[0], out[0]]
+    assert models.jobs(models.parse_args(["--quick"])) == [(m, b[0]) for m, (b, _, _) in models.MODELS.items()]
+    assert models.jobs(models.parse_args(["--models", "vgg16", "--batches", "2,4"])) == [("vgg16", 2), ("vgg16", 4)]
+    for bad in (["--models", "alexnet"], ["--batches", "0"], ["--batches", "x"], ["--reps", "0"]):
+        with pytest.raises(SystemExit):
+            models.parse_args(bad)

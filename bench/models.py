@@ -1,0 +1,313 @@
+"""Whole PyTorch models on megawino (GPU): ``megawino.torch.convert`` against the same model in
+PyTorch, in one process.
+
+For each model and batch: the converted model, PyTorch fp32 (cuDNN and cuBLAS TF32 off) and
+PyTorch's default TF32 convolutions, all with ``cudnn.benchmark`` on; median of CUDA-event
+timings of whole forwards (warm-up first, inputs rotated among three tensors); relative L2
+error of the outputs against a float64 run of the same model (``model.double()`` on the GPU)
+and top-1 agreement with it on random inputs (classification models; the YOLOv3-style
+model's outputs are detection maps: no top-1).  Then the host time per call of
+``megawino.torch.conv2d`` on a tiny cached layer against ``F.conv2d``.
+
+    python3 bench/models.py                        # every model, writes bench/results/h100-models.json
+    python3 bench/models.py --models resnet50 --batches 1 --quick
+
+Models: torchvision's ResNet-50, VGG-16 and DenseNet-161 (random weights, eval mode) and the
+YOLOv3-style network of bench/darknet.py at 416x416.  One model failing records its error and
+the run goes on.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+from common import free_gpu_memory, git_commit, json_clean, short_error  # noqa: E402
+
+DEFAULT_JSON = BENCH_DIR / "results" / "h100-models.json"
+# model -> (batches, input resolution, classification: top-1 is meaningful)
+MODELS = {
+    "resnet50": ((1, 8, 64), 224, True),
+    "vgg16": ((1, 32), 224, True),
+    "densenet161": ((16,), 224, True),
+    "yolov3": ((1, 16), 416, False),
+}
+INPUT_SETS = 3            # inputs rotated among, so no forward reuses its predecessor's input
+OVERHEAD_SHAPE = (1, 16, 16, 8, 8)    # N, C, K, H, W of the tiny 3x3 layer of the overhead rows
+
+
+def build_model(name: str):
+    """The model with random weights (torch's global seed), in train mode as built."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}")
+    if name == "yolov3":
+        from darknet import YOLOv3
+        return YOLOv3()
+    import torchvision
+    return getattr(torchvision.models, name)(weights=None)
+
+
+def set_fp32_precision(convolutions: str, matmul: str = "ieee") -> None:
+    """cuDNN convolutions and cuBLAS matmuls in "ieee" fp32 or "tf32", through the
+    per-operator flags where torch has them (megawino.torch uses those too; mixing them with
+    the legacy allow_tf32 flags is an error in torch)."""
+    import torch
+    conv_flags = getattr(torch.backends.cudnn, "conv", None)
+    if conv_flags is not None and hasattr(conv_flags, "fp32_precision"):
+        conv_flags.fp32_precision = convolutions
+        torch.backends.cuda.matmul.fp32_precision = matmul
+    else:
+        torch.backends.cudnn.allow_tf32 = convolutions == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = matmul == "tf32"
+
+
+def flat_outputs(out) -> list:
+    """A model's output(s) as a list of tensors."""
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def rel_l2(outputs: list, references: list) -> float:
+    """||outputs - references|| / ||references|| over all tensors together, in float64."""
+    num = sum(float((o.double() - r.double()).square().sum()) for o, r in zip(outputs, references))
+    den = sum(float(r.double().square().sum()) for r in references)
+    return (num / den) ** 0.5
+
+
+def top1_agreement(outputs: list, references: list) -> float:
+    """Fraction of samples whose arg-max class matches the reference's (one [N, classes] output)."""
+    (out,), (ref,) = outputs, references
+    return float((out.argmax(1) == ref.argmax(1)).double().mean())
+
+
+def time_forward(model, inputs: list, reps: int, warmup: int = 3) -> float:
+    """Median ms of ``reps`` forwards (CUDA events around each, inputs rotated)."""
+    import torch
+    for i in range(warmup):
+        model(inputs[i % len(inputs)])
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        model(inputs[i % len(inputs)])
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def bench_model(name: str, batch: int, reps: int, seed: int) -> dict:
+    import torch
+    import megawino
+    import megawino.torch as mwt
+    _, resolution, classification = MODELS[name]
+    row = {"model": name, "batch": batch, "resolution": resolution}
+    torch.manual_seed(seed)
+    model = build_model(name).eval().cuda()
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    inputs = [torch.randn(batch, 3, resolution, resolution, device="cuda", generator=generator)
+              for _ in range(INPUT_SETS)]
+    torch.backends.cudnn.benchmark = True
+    with torch.inference_mode():
+        reference_model = copy.deepcopy(model).double()
+        references = [t.clone() for t in flat_outputs(reference_model(inputs[0].double()))]
+        del reference_model
+        free_gpu_memory()
+
+        def measure(label: str, net) -> None:
+            row[f"{label}_ms"] = time_forward(net, inputs, reps)
+            outputs = flat_outputs(net(inputs[0]))
+            row.setdefault("rel_l2", {})[label] = rel_l2(outputs, references)
+            if classification:
+                row.setdefault("top1", {})[label] = top1_agreement(outputs, references)
+
+        set_fp32_precision("ieee")
+        measure("pytorch_fp32", model)
+        set_fp32_precision("tf32")
+        measure("pytorch_tf32", model)
+        set_fp32_precision("ieee")
+        start = time.perf_counter()
+        mwt.convert(model, example_input=inputs[0], verbose=False)    # in place: choices made here
+        megawino.synchronize()
+        row["first_call_s"] = time.perf_counter() - start
+        measure("megawino", model)
+        megawino.synchronize()
+    report = mwt.report(model)
+    row["algos"] = dict(collections.Counter(r.algo if r.replaced else "left alone" for r in report.rows))
+    row["layers"] = [{"name": r.name, "shape": r.shape, "input": r.input_shape, "algo": r.algo,
+                      "note": r.note} for r in report.rows]
+    for base in ("pytorch_fp32", "pytorch_tf32"):
+        row[f"speedup_vs_{base.removeprefix('pytorch_')}"] = row[f"{base}_ms"] / row["megawino_ms"]
+    return row
+
+
+def host_overhead(calls: int) -> list[dict]:
+    """Host µs per call, ``calls`` back-to-back calls without synchronising (and the total per
+    call once the GPU has caught up), on a tiny cached 3x3 layer."""
+    import torch
+    import torch.nn.functional as F
+    import cupy
+    import megawino
+    import megawino.torch as mwt
+    from megawino.torch.functional import weight_token
+    n, c, k, h, w = OVERHEAD_SHAPE
+    x = torch.randn(n, c, h, w, device="cuda")
+    weight = torch.randn(k, c, 3, 3, device="cuda")
+    set_fp32_precision("ieee")
+    x_cupy, w_cupy = cupy.from_dlpack(x), cupy.from_dlpack(weight)
+    runtime_token = weight_token(weight, "NCHW", "runtime-megakernel")
+    variants = {
+        "torch.nn.functional.conv2d": lambda: F.conv2d(x, weight, None, 1, 1),
+        "megawino.runtime.conv2d (CuPy, megakernel)": lambda: megawino.runtime.conv2d(
+            x_cupy, w_cupy, 1, 1, algo="megakernel", weight_token=runtime_token),
+    }
+    for algo in ("megakernel", "direct", "auto"):
+        variants[f"megawino.torch.conv2d algo={algo}"] = (
+            lambda algo=algo: mwt.conv2d(x, weight, None, 1, 1, algo=algo))
+    rows = []
+    with torch.inference_mode():
+        for label, call in variants.items():
+            for _ in range(50):
+                call()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            issued = time.perf_counter()
+            torch.cuda.synchronize()
+            megawino.synchronize()
+            done = time.perf_counter()
+            rows.append({"call": label, "calls": calls, "host_us": (issued - start) / calls * 1e6,
+                         "total_us": (done - start) / calls * 1e6})
+    _, ran = mwt.functional.conv2d_with_algo(x, weight, None, 1, 1)
+    rows[-1]["call"] += f" (runs {ran})"
+    return rows
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--batches", default=None,
+                   help="comma-separated batch sizes for every model (default: each model's own)")
+    p.add_argument("--reps", type=int, default=None, help="timed forwards per variant (default 20; 5 with --quick)")
+    p.add_argument("--overhead-calls", type=int, default=2000, help="back-to-back calls per overhead row")
+    p.add_argument("--json", default=str(DEFAULT_JSON), help="results file (its folder is created)")
+    p.add_argument("--quick", action="store_true", help="5 reps, each model's smallest batch only")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    if args.batches is not None:
+        try:
+            args.batches = [int(b) for b in args.batches.split(",")]
+        except ValueError:
+            p.error(f"--batches takes comma-separated integers, got {args.batches!r}")
+        if not args.batches or min(args.batches) < 1:
+            p.error("--batches must be positive integers")
+    args.reps = args.reps if args.reps is not None else (5 if args.quick else 20)
+    if args.reps < 1 or args.overhead_calls < 1:
+        p.error("--reps and --overhead-calls must be positive")
+    return args
+
+
+def jobs(args) -> list[tuple[str, int]]:
+    """(model, batch) pairs in run order."""
+    out = []
+    for name in args.models:
+        batches = args.batches or MODELS[name][0]
+        out += [(name, b) for b in (batches[:1] if args.quick else batches)]
+    return out
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def results_table(rows: list[dict]):
+    from rich.table import Table
+    table = Table(title="megawino.torch.convert vs PyTorch (median ms per forward)")
+    for column in ("model", "batch", "PyTorch fp32", "PyTorch TF32", "megawino", "×fp32", "×TF32",
+                   "rel. L2 megawino", "rel. L2 fp32", "rel. L2 TF32", "top-1 megawino", "layers on"):
+        table.add_column(column, justify="left" if column in ("model", "layers on") else "right")
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["model"], str(row["batch"]), f"[red]{row['error']}[/]")
+            continue
+        err, top1 = row["rel_l2"], row.get("top1", {})
+        algos = ", ".join(f"{name} {count}" for name, count in sorted(row["algos"].items()))
+        table.add_row(row["model"], str(row["batch"]), _fmt(row["pytorch_fp32_ms"], ".2f"),
+                      _fmt(row["pytorch_tf32_ms"], ".2f"), _fmt(row["megawino_ms"], ".2f"),
+                      _fmt(row["speedup_vs_fp32"], ".2f"), _fmt(row["speedup_vs_tf32"], ".2f"),
+                      _fmt(err["megawino"], ".2e"), _fmt(err["pytorch_fp32"], ".2e"),
+                      _fmt(err["pytorch_tf32"], ".2e"),
+                      _fmt(top1.get("megawino"), ".0%") if top1 else "n/a (detection)", algos)
+    return table
+
+
+def overhead_table(rows: list[dict]):
+    from rich.table import Table
+    n, c, k, h, w = OVERHEAD_SHAPE
+    table = Table(title=f"host time per call, N{n} C{c} K{k} {h}x{w} 3x3 (cached layer)")
+    for column in ("call", "host µs / call", "with the GPU µs / call"):
+        table.add_column(column, justify="left" if column == "call" else "right")
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["call"], f"[red]{row['error']}[/]", "")
+        else:
+            table.add_row(row["call"], f"{row['host_us']:.1f}", f"{row['total_us']:.1f}")
+    return table
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    from rich.console import Console
+    from rich.progress import Progress
+    console = Console()
+    if not torch.cuda.is_available():
+        console.print("[red]bench/models.py needs a CUDA GPU[/]")
+        return 1
+    rows, overhead = [], []
+    with Progress(console=console) as progress:
+        todo = jobs(args)
+        task = progress.add_task("models", total=len(todo) + 1)
+        for name, batch in todo:
+            progress.update(task, description=f"{name} batch {batch}")
+            try:
+                rows.append(bench_model(name, batch, args.reps, args.seed))
+            except Exception as err:       # one model failing must not lose the others
+                rows.append({"model": name, "batch": batch, "error": short_error(err)})
+            free_gpu_memory()
+            progress.advance(task)
+        progress.update(task, description="host overhead")
+        try:
+            overhead = host_overhead(args.overhead_calls)
+        except Exception as err:
+            overhead = [{"call": "overhead", "error": short_error(err)}]
+        progress.advance(task)
+    console.print(results_table(rows))
+    console.print(overhead_table(overhead))
+    import torchvision
+    record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision.__version__,
+              "git_commit": git_commit(REPO_ROOT), "reps": args.reps, "input_sets": INPUT_SETS,
+              "quick": args.quick, "rows": rows, "host_overhead": overhead}
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(json_clean(record), indent=1) + "\n")
+    console.print(f"wrote {out}")
+    return 0 if all("error" not in row for row in rows) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
