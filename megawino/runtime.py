@@ -1,6 +1,6 @@
 """GPU runtime entry points: :func:`plan`, :func:`conv2d`, :func:`synchronize`.
 
-* :func:`plan` makes a reusable plan for one layer shape (megawino.plan.Plan for the Winograd
+* :func:`plan` makes a reusable plan for one layer shape (megawino.winograd_plan.Plan for the Winograd
   algos, megawino.direct.plan.DirectPlan for the direct path).
 * :func:`conv2d` validates its arguments, picks the algorithm (``"auto"``: the fastest of the
   megakernel, the non-fused kernels and the direct path, measured once per shape and GPU:
@@ -23,7 +23,7 @@ import numpy as np
 from . import algo_choice, weights
 from .algo_choice import choose_fastest
 from .nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
-from .plan import Plan, WatchdogError, check_out, synchronize
+from .winograd_plan import Plan, WatchdogError, check_out, synchronize
 from .resources import cuda_dir, source_hash
 from .spec import LayerSpec
 from .tasks import TaskParams

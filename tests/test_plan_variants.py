@@ -1,5 +1,5 @@
 """CPU tests of the plan's graph forms: once U is prepared the megakernel runs the graph without
-its filter tasks (megawino.plan.without_filter_tasks); the CPU executor runs that same task list
+its filter tasks (megawino.winograd_plan.without_filter_tasks); the CPU executor runs that same task list
 and must give bitwise the output of the full graph."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from megawino import executor, mapping as mapping_mod
-from megawino.plan import without_filter_tasks
+from megawino.winograd_plan import without_filter_tasks
 from megawino.spec import LayerSpec
 from megawino.task_sizes import default_params
 from megawino.tasks import TaskType, build_graph

@@ -1,4 +1,4 @@
-"""The direct path behind the same call as a Winograd plan (megawino.plan.Plan): compiled kernel,
+"""The direct path behind the same call as a Winograd plan (megawino.winograd_plan.Plan): compiled kernel,
 gather table and tile configuration made once per shape; the packed filter matrix kept per
 weight token (megawino.weights) or packed into the stream's own buffer on every call."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import weights, workspace
 from ..nvrtc import cupy_module
-from ..plan import check_array, check_out, kernel_ready, require_gpu
+from ..winograd_plan import check_array, check_out, kernel_ready, require_gpu
 from ..spec import LayerSpec
 from ..tasks import round_up
 from . import config as config_mod
