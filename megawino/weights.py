@@ -44,17 +44,18 @@ class Entry:
     event: object = None
 
     def mark_ready(self, stream_ptr: int) -> None:
+        """Called on the current stream (``stream_ptr``) right after the preparing launch."""
         from .nvrtc import cupy_module
         cupy = cupy_module()
         event = cupy.cuda.Event(block=False, disable_timing=True)
-        event.record(cupy.cuda.ExternalStream(stream_ptr))
+        event.record(cupy.cuda.get_current_stream())
         self.stream, self.event, self.ready = stream_ptr, event, True
 
     def wait_on(self, stream_ptr: int) -> None:
-        """Order ``stream_ptr`` after the launch that prepared this entry."""
+        """Order the current stream (``stream_ptr``) after the launch that prepared this entry."""
         if stream_ptr != self.stream and self.event is not None:
             from .nvrtc import cupy_module
-            cupy_module().cuda.ExternalStream(stream_ptr).wait_event(self.event)
+            cupy_module().cuda.get_current_stream().wait_event(self.event)
 
 
 class WeightCache:

@@ -332,7 +332,9 @@ class Plan:
                 U, prepared = entry.array, entry.ready and not capturing
                 if prepared:
                     entry.wait_on(stream)
-            variant = self._prepared if prepared else self._full
+            # The non-fused kernels index records by task id: they keep the full graph and only
+            # skip the filter stage.
+            variant = self._prepared if prepared and self.algo == "megakernel" else self._full
             pbuf = ws.params(self, variant, U)
             if self.algo == "megakernel":
                 grid = max(1, min(variant.num_tasks, self.workers))
