@@ -106,6 +106,10 @@ class _PlanCache:
                     self._making.pop(key, None)
         return found
 
+    def discard(self, key) -> None:
+        with self._lock:
+            self._plans.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._plans.clear()
@@ -157,7 +161,11 @@ def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH) -> str:
         except ValueError:        # a shape one algorithm cannot take
             continue
         candidates[algo] = lambda p=p: p(x, w, out=y, check=False)
-    return choose_fastest(key, candidates)
+    choice = choose_fastest(key, candidates)
+    for algo in candidates:
+        if algo != choice:                    # the losers' workspaces are not kept
+            PLANS.discard((device, spec, algo, gemm_math))
+    return choice
 
 
 def _conv_cpu(x, w, stride, padding, algo, layout, gemm_math, out):
