@@ -163,7 +163,7 @@ def host_overhead(calls: int) -> list[dict]:
     weight = torch.randn(k, c, 3, 3, device="cuda")
     set_fp32_precision("ieee")
     x_cupy, w_cupy = cupy.from_dlpack(x), cupy.from_dlpack(weight)
-    runtime_token = weight_token(weight, "NCHW", "runtime-megakernel")
+    runtime_token = weight_token(weight)
     variants = {
         "torch.nn.functional.conv2d": lambda: F.conv2d(x, weight, None, 1, 1),
         "megawino.runtime.conv2d (CuPy, megakernel)": lambda: megawino.runtime.conv2d(

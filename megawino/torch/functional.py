@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
+from ..resources import source_hash
 from ..spec import LayerSpec
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
@@ -136,13 +137,13 @@ def weights_changed() -> None:
     _generation += 1
 
 
-def weight_token(weight: torch.Tensor, layout: str, algo: str):
+def weight_token(weight: torch.Tensor):
     """Hashable identity of ``weight``'s current contents, or None where it cannot be known.
 
     A per-object serial (a new tensor at a reused address gets a new token), the address,
     PyTorch's version counter (bumped by every in-place write, load_state_dict included),
-    shape, device, the layout and algorithm the filter is prepared for, and the
-    :func:`weights_changed` generation."""
+    shape, device and the :func:`weights_changed` generation.  The runtime keys prepared
+    weights by token, path and layout, so one token serves every algorithm."""
     serial = getattr(weight, "_megawino_serial", None)
     if serial is None:
         serial = next(_SERIALS)
@@ -151,8 +152,7 @@ def weight_token(weight: torch.Tensor, layout: str, algo: str):
         version = weight._version
     except RuntimeError:          # inference tensors carry no version counter: never cache
         return None
-    return (serial, weight.data_ptr(), version, tuple(weight.shape), weight.device.index,
-            layout, algo, _generation)
+    return (serial, weight.data_ptr(), version, tuple(weight.shape), weight.device.index, _generation)
 
 
 # ---------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def _ieee_fp32_convolutions():
 
 class _Layer(NamedTuple):
     spec: LayerSpec
-    candidates: tuple[str, ...]     # what algo="auto" measures, megawino's paths first
+    candidates: tuple[str, ...]     # the algorithms that can run it, megawino's paths first
     choice_key: str                 # the key of runtime.choose_fastest's cache
 
 
@@ -294,7 +294,8 @@ def _layer(key) -> _Layer:
     if layer is None:
         n, c, k, h, w, r, s, stride, padding, layout, gemm_math = key
         spec = LayerSpec(n, c, k, h, w, r, s, stride, padding, layout)
-        choice_key = (f"torch{torch.__version__}-cudnn{torch.backends.cudnn.version()}/"
+        choice_key = (f"torch{torch.__version__}-cudnn{torch.backends.cudnn.version()}-"
+                      f"megawino{source_hash()[:12]}/"
                       f"{spec.shape_string}/{layout}/{gemm_math}")
         layer = _LAYERS[key] = _Layer(spec, candidate_algos(spec), choice_key)
     return layer
@@ -331,16 +332,28 @@ def _run_gpu(x, weight, bias, args: ConvArguments, algo: str, gemm_math: str):
         runtime.conv2d(cupy.from_dlpack(nhwc(x)), cupy.from_dlpack(weight.contiguous()),
                        stride=args.stride, padding=args.padding, algo=name, layout=layout,
                        gemm_math=gemm_math, out=cupy.from_dlpack(nhwc(out)),
-                       weight_token=weight_token(weight, layout, name))
+                       weight_token=weight_token(weight))
         return out
 
     with cupy.cuda.Device(dev), stream:
         if algo == "auto":
             algo = _CHOICES.get((key, dev))
             if algo is None:
-                algo = runtime.choose_fastest(layer.choice_key, {name: functools.partial(run, name)
-                                                                 for name in layer.candidates})
+                algo = _choose(runtime, layer, gemm_math, run)
                 # Under capture nothing is measured: choose again at the next eager call.
                 if not torch.cuda.is_current_stream_capturing():
                     _CHOICES[(key, dev)] = algo
         return _add_bias(run(algo), bias), algo
+
+
+def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:
+    """The runtime's fastest megawino path for the shape (its own measurement and cache), then
+    the faster of that and PyTorch, timed on these tensors (cached per GPU by the runtime)."""
+    if torch.cuda.is_current_stream_capturing():
+        return layer.candidates[0]         # nothing can be timed (or allocated by CuPy) now
+    ours = [name for name in layer.candidates if name != "pytorch"]
+    if not ours:
+        return "pytorch"
+    best = runtime.choose_algo(layer.spec, gemm_math) if layer.spec.winograd_eligible else ours[0]
+    return runtime.choose_fastest(layer.choice_key, {best: functools.partial(run, best),
+                                                     "pytorch": functools.partial(run, "pytorch")})
