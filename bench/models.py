@@ -157,6 +157,7 @@ def host_overhead(calls: int) -> list[dict]:
     import cupy
     import megawino
     import megawino.torch as mwt
+    from megawino import runtime
     from megawino.torch.functional import weight_token
     n, c, k, h, w = OVERHEAD_SHAPE
     x = torch.randn(n, c, h, w, device="cuda")
@@ -166,7 +167,7 @@ def host_overhead(calls: int) -> list[dict]:
     runtime_token = weight_token(weight)
     variants = {
         "torch.nn.functional.conv2d": lambda: F.conv2d(x, weight, None, 1, 1),
-        "megawino.runtime.conv2d (CuPy, megakernel)": lambda: megawino.runtime.conv2d(
+        "megawino.runtime.conv2d (CuPy, megakernel)": lambda: runtime.conv2d(
             x_cupy, w_cupy, 1, 1, algo="megakernel", weight_token=runtime_token),
     }
     for algo in ("megakernel", "direct", "auto"):
@@ -190,6 +191,16 @@ def host_overhead(calls: int) -> list[dict]:
     _, ran = mwt.functional.conv2d_with_algo(x, weight, None, 1, 1)
     rows[-1]["call"] += f" (runs {ran})"
     return rows
+
+
+def free_runtime_caches() -> None:
+    """Drop megawino's plans and prepared weights (their memory is torch's until then)."""
+    import megawino
+    try:
+        megawino.synchronize()
+    except RuntimeError:       # a failed model's watchdog error was recorded with it
+        pass
+    megawino.clear_cache()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -287,6 +298,7 @@ def main(argv=None) -> int:
                 rows.append(bench_model(name, batch, args.reps, args.seed))
             except Exception as err:       # one model failing must not lose the others
                 rows.append({"model": name, "batch": batch, "error": short_error(err)})
+            free_runtime_caches()
             free_gpu_memory()
             progress.advance(task)
         progress.update(task, description="host overhead")

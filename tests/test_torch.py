@@ -1,7 +1,5 @@
-"""megawino.torch on the CPU: which layers convert, argument handling and refusals, and
-converted models through the CPU executor against torch.nn.functional.conv2d."""
-import collections
-import copy
+"""megawino.torch.conv2d on the CPU: the CPU backend against torch.nn.functional.conv2d, argument
+handling and refusals, the autograd fallback, weight tokens (convert: test_torch_convert.py)."""
 import subprocess
 import sys
 import warnings
@@ -216,6 +214,25 @@ def test_weight_token_follows_every_change(rng):
         assert functional.weight_token(torch.ones(2, 2, 3, 3)) is None
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_exported_views_are_dlpack_ready(rng, channels_last):
+    conv = nn.Conv2d(4, 6, 3)
+    x = randn(rng, 2, 4, 5, 7).requires_grad_()
+    out = torch.empty(2, 6, 3, 5)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+        out = out.contiguous(memory_format=torch.channels_last)
+        conv = conv.to(memory_format=torch.channels_last)
+    views = functional.exported_views(x, conv.weight, out, channels_last)
+    shapes = [(2, 5, 7, 4), (6, 4, 3, 3), (2, 3, 5, 6)] if channels_last else [(2, 4, 5, 7), (6, 4, 3, 3), (2, 6, 3, 5)]
+    for view, shape, source in zip(views, shapes, (x, conv.weight, out)):
+        assert tuple(view.shape) == shape and view.is_contiguous()
+        torch.utils.dlpack.to_dlpack(view)          # raises for tensors that require grad
+        if source is not conv.weight or not channels_last:
+            assert view.data_ptr() == source.data_ptr()     # zero copy
+    assert torch.equal(views[1], conv.weight.detach())
+
+
 def test_ieee_fp32_convolutions_restores_the_setting():
     conv_flags = torch.backends.cudnn.conv
     before = conv_flags.fp32_precision
@@ -232,223 +249,3 @@ def test_ieee_fp32_convolutions_restores_the_setting():
 ])
 def test_candidate_algos(spec, algos):
     assert functional.candidate_algos(spec) == algos
-
-
-# ---------------------------------------------------------------------------
-# convert, MegawinoConv2d, report
-# ---------------------------------------------------------------------------
-
-class OwnForward(nn.Conv2d):
-    """A Conv2d subclass with its own forward: convert must leave it alone."""
-
-    def forward(self, input):
-        return super().forward(input) * 2
-
-
-def zoo() -> nn.ModuleDict:
-    """One conv of each kind; the value says whether megawino takes it."""
-    return nn.ModuleDict({
-        "conv1x1": nn.Conv2d(8, 16, 1),
-        "conv3x3": nn.Conv2d(8, 16, 3, padding=1),
-        "conv3x3s2": nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False),
-        "conv7x7": nn.Conv2d(3, 8, 7, stride=2, padding=3),
-        "same5x5": nn.Conv2d(8, 8, 5, padding="same"),
-        "dilated": nn.Conv2d(8, 8, 3, padding=2, dilation=2),
-        "grouped": nn.Conv2d(8, 16, 3, padding=1, groups=2),
-        "depthwise": nn.Conv2d(8, 8, 3, padding=1, groups=8),
-        "reflect": nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"),
-        "stride21": nn.Conv2d(8, 8, 3, stride=(2, 1), padding=1),
-        "pad10": nn.Conv2d(8, 8, 3, padding=(1, 0)),
-        "huge": nn.Conv2d(2, 2, 17, padding=8),
-        "float64": nn.Conv2d(4, 4, 3).double(),
-        "own_forward": OwnForward(4, 4, 3),
-    })
-
-
-LEFT_ALONE = {"dilated": "dilation", "grouped": "groups", "depthwise": "groups", "reflect": "padding_mode",
-              "stride21": "stride", "pad10": "padding", "huge": "17x17", "float64": "float32",
-              "own_forward": "OwnForward"}
-
-
-def test_convert_replaces_what_megawino_runs():
-    model = zoo()
-    before = {name: type(m) for name, m in model.named_modules()}
-    params = {name: p for name, p in model.named_parameters()}
-    assert mwt.convert(model, backend="cpu", verbose=False) is model
-    rep = mwt.report(model)
-    assert sorted(rep.replaced) == ["conv1x1", "conv3x3", "conv3x3s2", "conv7x7", "same5x5"]
-    assert set(rep.left_alone) == set(LEFT_ALONE)
-    for name, word in LEFT_ALONE.items():
-        assert word in rep.left_alone[name], (name, rep.left_alone[name])
-        assert type(model[name]) is before[name]
-    for name in rep.replaced:
-        assert type(model[name]) is mwt.MegawinoConv2d
-        assert model[name].megawino_backend == "cpu"
-    # The same Parameter objects (optimizers and tied weights keep working).
-    assert all(p is params[name] for name, p in model.named_parameters())
-
-
-def test_convert_refuses_bad_settings_before_touching_the_model():
-    model = zoo()
-    for kwargs, name in ((dict(backend="tpu"), "backend"), (dict(algo="fast"), "algo"),
-                         (dict(gemm_math="int8"), "gemm_math")):
-        with pytest.raises(ValueError, match=name):
-            mwt.convert(model, verbose=False, **kwargs)
-    assert not any(isinstance(m, mwt.MegawinoConv2d) for m in model.modules())
-    with pytest.raises(ValueError, match="model"):
-        mwt.convert("resnet50")
-
-
-def test_convert_twice_updates_settings():
-    model = nn.Sequential(nn.Conv2d(3, 4, 3))
-    mwt.convert(model, backend="cpu", verbose=False)
-    mwt.convert(model, backend="gpu", algo="direct", verbose=False)
-    assert type(model[0]) is mwt.MegawinoConv2d
-    assert (model[0].megawino_backend, model[0].megawino_request) == ("gpu", "direct")
-
-
-def test_state_dict_round_trip(rng):
-    original = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                             nn.Conv2d(8, 4, 1, bias=False))
-    converted = mwt.convert(copy.deepcopy(original), backend="cpu", verbose=False)
-    assert list(converted.state_dict()) == list(original.state_dict())
-    for key, value in original.state_dict().items():
-        assert torch.equal(converted.state_dict()[key], value)
-    # A checkpoint of another (unconverted) model loads into the converted one, and back.
-    other = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                          nn.Conv2d(8, 4, 1, bias=False))
-    converted.load_state_dict(other.state_dict())
-    original.load_state_dict(converted.state_dict())
-    x = randn(rng, 2, 3, 6, 6)
-    with torch.no_grad():
-        assert rel_l2(converted.eval()(x), other.eval().double()(x.double())) < 1e-5
-        assert torch.equal(original.eval()(x), other.float()(x))
-
-
-def test_megawino_conv2d_built_directly(rng):
-    conv = mwt.MegawinoConv2d(4, 6, 3, padding=1, backend="cpu")
-    x = randn(rng, 2, 4, 5, 5)
-    with torch.no_grad():
-        y = conv(x)
-    assert conv.megawino_algo == "cpu-executor" and conv.megawino_input_shape == (2, 4, 5, 5)
-    assert rel_l2(y, reference(x, conv.weight, conv.bias, padding=1)) < 1e-5
-    assert "backend='cpu'" in repr(conv)
-    with pytest.raises(ValueError, match="dilation"):
-        mwt.MegawinoConv2d(4, 6, 3, dilation=2)
-    with pytest.raises(ValueError, match="backend"):
-        mwt.MegawinoConv2d(4, 6, 3, backend="tpu")
-
-
-class SmallNet(nn.Module):
-    """Convs of several kinds, ReLU, pooling and a residual add."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, padding=1)
-        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
-        self.body = nn.Conv2d(16, 16, 3, padding=1, bias=False)
-        self.squeeze = nn.Conv2d(16, 8, 1)
-        self.wide = nn.Conv2d(8, 8, 5, padding=2)
-        self.head = nn.Conv2d(8, 10, 3, padding=0)
-
-    def forward(self, x):
-        x = F.relu(self.stem(x))
-        x = F.max_pool2d(x, 2)
-        x = F.relu(self.down(x))
-        x = x + F.relu(self.body(x))
-        x = F.relu(self.squeeze(x))
-        x = F.avg_pool2d(F.relu(self.wide(x)), 1)
-        return self.head(x).mean((2, 3))
-
-
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_converted_models_match_torch(rng, channels_last):
-    torch.manual_seed(3)
-    models = [SmallNet(), nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                                        nn.Conv2d(6, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 4, 1))]
-    x = randn(rng, 2, 3, 16, 16) + 0.5
-    for model in models:
-        model.eval()
-        reference_model = copy.deepcopy(model).double()
-        if channels_last:
-            model = model.to(memory_format=torch.channels_last)
-            x = x.contiguous(memory_format=torch.channels_last)
-        mwt.convert(model, backend="cpu", example_input=x, verbose=False)
-        rep = mwt.report(model)
-        assert not rep.left_alone
-        runs = {row.name: row.algo for row in rep.rows}
-        assert "cpu-executor" in runs.values()
-        for row in rep.rows:
-            r, s = row.kernel_size
-            expected = "cpu-executor" if (r, s, row.stride) == (3, 3, (1, 1)) else "pytorch-cpu"
-            assert row.algo == expected, row
-            assert row.input_shape is not None and row.input_shape[0] == 2
-        with torch.inference_mode():
-            y = model(x)
-        ref = reference_model(x.double())
-        assert y.abs().max() > 0
-        assert rel_l2(y, ref) < 1e-5
-
-
-def test_report_table_lists_every_layer():
-    from rich.console import Console
-    model = mwt.convert(zoo(), backend="cpu", verbose=False)
-    console = Console(record=True, width=200)
-    console.print(mwt.report(model))
-    text = console.export_text()
-    for name in zoo().keys():
-        assert name in text
-    assert "5 of 14 Conv2d layers" in text
-    assert "chosen at first call" in text
-
-
-# ---------------------------------------------------------------------------
-# The YOLOv3-style model of bench/darknet.py and bench/models.py's pure helpers
-# ---------------------------------------------------------------------------
-
-def _bench_module(name):
-    from pathlib import Path
-    bench = str(Path(__file__).resolve().parent.parent / "bench")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    return __import__(name)
-
-
-def test_darknet_converts_every_conv_and_matches_torch(rng):
-    darknet = _bench_module("darknet")
-    from megawino.networks import yolov3
-    torch.manual_seed(0)
-    model = darknet.YOLOv3(num_classes=3, width=4).eval()
-    reference_model = copy.deepcopy(model).double()
-    x = randn(rng, 1, 3, 32, 32)
-    mwt.convert(model, backend="cpu", example_input=x, verbose=False)
-    rep = mwt.report(model)
-    assert len(rep.replaced) == len(rep.rows) == 75 and not rep.left_alone
-    # The full-width network has exactly the conv shapes of megawino.networks' YOLOv3 table.
-    full = darknet.YOLOv3()
-    table = collections.Counter((s.spec.C, s.spec.K, s.spec.R, s.spec.stride) for s in yolov3(1, 416)
-                                for _ in range(s.count))
-    mine = collections.Counter((m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0])
-                               for m in full.modules() if isinstance(m, nn.Conv2d))
-    assert mine == table
-    with torch.inference_mode():
-        outputs = model(x)
-    references = reference_model(x.double())
-    assert [tuple(o.shape) for o in outputs] == [(1, 24, 1, 1), (1, 24, 2, 2), (1, 24, 4, 4)]
-    for out, ref in zip(outputs, references):
-        assert rel_l2(out, ref) < 1e-5
-
-
-def test_bench_models_helpers():
-    models = _bench_module("models")
-    out = [torch.tensor([[1.0, 3.0, 2.0], [5.0, 4.0, 0.0]])]
-    ref = [torch.tensor([[1.0, 3.0, 2.5], [3.0, 4.0, 0.0]], dtype=torch.float64)]
-    assert models.top1_agreement(out, ref) == 0.5
-    expected = float(np.sqrt(0.25 + 4.0) / np.sqrt((ref[0] ** 2).sum().item()))
-    assert models.rel_l2(out + out, ref + ref) == pytest.approx(expected)
-    assert models.flat_outputs((out[0], out[0])) == [out[0], out[0]]
-    assert models.jobs(models.parse_args(["--quick"])) == [(m, b[0]) for m, (b, _, _) in models.MODELS.items()]
-    assert models.jobs(models.parse_args(["--models", "vgg16", "--batches", "2,4"])) == [("vgg16", 2), ("vgg16", 4)]
-    for bad in (["--models", "alexnet"], ["--batches", "0"], ["--batches", "x"], ["--reps", "0"]):
-        with pytest.raises(SystemExit):
-            models.parse_args(bad)

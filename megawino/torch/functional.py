@@ -30,7 +30,7 @@ MEGAWINO_ALGOS = ("megakernel", "nonfused", "direct")
 ALGOS = ("auto",) + MEGAWINO_ALGOS + ("pytorch",)
 # What ran, for the algorithms that are not megawino's own GPU paths (shown by convert's report).
 ALGO_NOTES = {
-    "pytorch": "torch.nn.functional.conv2d (IEEE fp32)",
+    "pytorch": "torch.nn.functional.conv2d in IEEE fp32 (measured faster here, or asked for)",
     "cpu-executor": "megawino's CPU executor (Winograd task list)",
     "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1 only",
     "pytorch-autograd": "torch.nn.functional.conv2d: under autograd (training is out of scope)",
@@ -301,6 +301,16 @@ def _layer(key) -> _Layer:
     return layer
 
 
+def exported_views(x, weight, out, channels_last: bool):
+    """The tensors the runtime gets through DLPack: detached (DLPack refuses tensors that
+    require grad), the weight [K][C][R][S] contiguous, and for channels_last the NHWC views
+    (contiguous in memory) of input and output."""
+    weight = weight.detach().contiguous()
+    if channels_last:
+        return x.detach().permute(0, 2, 3, 1), weight, out.permute(0, 2, 3, 1)
+    return x.detach(), weight, out
+
+
 def _run_gpu(x, weight, bias, args: ConvArguments, algo: str, gemm_math: str):
     channels_last = _channels_last(x) or _channels_last(weight)
     layout = "NHWC" if channels_last else "NCHW"
@@ -328,11 +338,10 @@ def _run_gpu(x, weight, bias, args: ConvArguments, algo: str, gemm_math: str):
         # Allocated by torch (its caching allocator, the graph's pool under capture).
         out = torch.empty((n, k, layer.spec.out_h, layer.spec.out_w), dtype=torch.float32,
                           device=x.device, memory_format=memory_format)
-        nhwc = (lambda t: t.permute(0, 2, 3, 1)) if channels_last else (lambda t: t)
-        runtime.conv2d(cupy.from_dlpack(nhwc(x)), cupy.from_dlpack(weight.contiguous()),
-                       stride=args.stride, padding=args.padding, algo=name, layout=layout,
-                       gemm_math=gemm_math, out=cupy.from_dlpack(nhwc(out)),
-                       weight_token=weight_token(weight))
+        x_view, w_view, out_view = exported_views(x, weight, out, channels_last)
+        runtime.conv2d(cupy.from_dlpack(x_view), cupy.from_dlpack(w_view), stride=args.stride,
+                       padding=args.padding, algo=name, layout=layout, gemm_math=gemm_math,
+                       out=cupy.from_dlpack(out_view), weight_token=weight_token(weight))
         return out
 
     with cupy.cuda.Device(dev), stream:
