@@ -160,6 +160,14 @@ def test_cpu_tensors_need_the_cpu_backend(rng):
         mwt.conv2d(x.to("meta"), weight.to("meta"), padding=1, backend="cpu")
 
 
+def test_integer_arguments_of_any_integer_type():
+    assert functional.conv_arguments((3, 3), np.int64(2), (np.int32(1), 1), torch.tensor(1), np.int8(1)) == (2, 1)
+    assert functional.conv_arguments((3, 3), (torch.tensor(2), torch.tensor(2)), [1]) == (2, 1)
+    for bad in (True, 1.0, "1"):
+        with pytest.raises(ValueError, match="groups"):
+            functional.conv_arguments((3, 3), groups=bad)
+
+
 def test_padding_same_needs_odd_square_filter():
     assert functional.conv_arguments((5, 5), 1, "same") == (1, 2)
     assert functional.conv_arguments((3, 3), (2, 2), "valid") == (2, 0)

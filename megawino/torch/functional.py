@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import operator
 import warnings
 from typing import NamedTuple
 
@@ -45,13 +46,22 @@ class ConvArguments(NamedTuple):
 def _single(value, name: str) -> int:
     """An int, or a 1- or 2-sequence of equal ints, as one int; ValueError naming ``name``."""
     if isinstance(value, (tuple, list, torch.Size)):
-        if len(value) not in (1, 2) or len(set(value)) != 1:
-            raise ValueError(f"{name}={tuple(value)!r}: megawino runs the same {name} in both "
+        items = [_integer(v, name) for v in value]
+        if len(items) not in (1, 2) or len(set(items)) != 1:
+            raise ValueError(f"{name}={tuple(items)!r}: megawino runs the same {name} in both "
                              f"spatial dimensions only")
-        value = value[0]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return int(value)
+        return items[0]
+    return _integer(value, name)
+
+
+def _integer(value, name: str) -> int:
+    """``value`` as an int (Python, NumPy or 0-d tensor integers; not bools)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
 
 
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
@@ -60,7 +70,7 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
     r, s = (int(v) for v in kernel_size)
     if _single(dilation, "dilation") != 1:
         raise ValueError(f"dilation={dilation!r}: megawino runs dilation 1 only")
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups != 1:
+    if _integer(groups, "groups") != 1:
         raise ValueError(f"groups={groups!r}: megawino runs groups=1 only (no grouped or depthwise convolution)")
     stride = _single(stride, "stride")
     if stride < 1:
