@@ -199,6 +199,10 @@ def test_report_table_lists_every_layer():
         assert name in text
     assert "5 of 14 Conv2d layers" in text
     assert "chosen at first call" in text
+    shapes = {row.name: row.shape for row in mwt.report(model).rows}
+    assert shapes["conv3x3s2"] == "8->16 3x3 s2 p1"
+    assert shapes["stride21"] == "8->8 3x3 s2x1 p1"
+    assert shapes["same5x5"] == "8->8 5x5 s1 psame"
 
 
 # ---------------------------------------------------------------------------

@@ -70,10 +70,12 @@ class MegawinoConv2d(nn.Conv2d):
         self.megawino_input_shape: tuple[int, ...] | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        out, self.megawino_algo = conv2d_with_algo(
+        out, algo = conv2d_with_algo(
             input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
             backend=self.megawino_backend, algo=self.megawino_request, gemm_math=self.megawino_gemm_math)
-        self.megawino_input_shape = tuple(input.shape)
+        shape = tuple(input.shape)
+        if algo != self.megawino_algo or shape != self.megawino_input_shape:   # nn.Module's setattr is slow
+            self.megawino_algo, self.megawino_input_shape = algo, shape
         return out
 
     def extra_repr(self) -> str:
@@ -124,10 +126,13 @@ class LayerRow:
 
     @property
     def shape(self) -> str:
+        """``C->K RxS sSTRIDE pPADDING``, a pair shown once when both values agree."""
+        def pair(value) -> str:
+            if isinstance(value, str):
+                return value
+            return str(value[0]) if len(set(value)) == 1 else "x".join(map(str, value))
         r, s = self.kernel_size
-        padding = self.padding if isinstance(self.padding, str) else "x".join(map(str, self.padding))
-        return (f"{self.in_channels}->{self.out_channels} {r}x{s} "
-                f"s{'x'.join(map(str, self.stride))} p{padding}")
+        return f"{self.in_channels}->{self.out_channels} {r}x{s} s{pair(self.stride)} p{pair(self.padding)}"
 
 
 @dataclasses.dataclass(frozen=True)
