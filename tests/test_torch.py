@@ -257,3 +257,113 @@ def test_ieee_fp32_convolutions_restores_the_setting():
 ])
 def test_candidate_algos(spec, algos):
     assert functional.candidate_algos(spec) == algos
+
+
+# ---------------------------------------------------------------------------
+# The GPU glue with a recording stand-in for CuPy and the runtime (CPU tensors)
+# ---------------------------------------------------------------------------
+
+class _Context:
+    def __init__(self, *args):
+        self.args = args
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class FakeRuntime:
+    """megawino.runtime's contract, computed with F.conv2d on the CPU, every call recorded."""
+
+    def __init__(self, best="megakernel", winner=None):
+        self.calls, self.chosen, self.timed = [], [], []
+        self.best, self.winner = best, winner
+
+    def conv2d(self, x, w, stride, padding, algo, layout, gemm_math, out, weight_token):
+        self.calls.append(dict(x=x, w=w, out=out, algo=algo, layout=layout, token=weight_token,
+                               stride=stride, padding=padding, gemm_math=gemm_math))
+        nchw = (lambda t: t.permute(0, 3, 1, 2)) if layout == "NHWC" else (lambda t: t)
+        nchw(out).copy_(F.conv2d(nchw(x), w, None, stride, padding))
+        return out
+
+    def choose_algo(self, spec, gemm_math):
+        self.chosen.append(spec)
+        return self.best
+
+    def choose_fastest(self, key, candidates):
+        self.timed.append((key, tuple(candidates)))
+        for run in candidates.values():
+            run()
+        return self.winner or next(iter(candidates))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    runtime = FakeRuntime()
+    cupy = type("FakeCupy", (), {})()
+    cupy.from_dlpack = lambda t: t
+    cupy.cuda = type("cuda", (), {"ExternalStream": _Context, "Device": _Context})
+    monkeypatch.setattr(functional, "_gpu", lambda: (cupy, runtime))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 7})())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(functional, "_CHOICES", {})
+    monkeypatch.setattr(functional, "_STREAMS", {})
+    return runtime
+
+
+def run_gpu(x, weight, bias=None, stride=1, padding=1, algo="auto", gemm_math="3xtf32"):
+    with torch.no_grad():
+        return functional._run_gpu(x, weight, bias, functional.ConvArguments(stride, padding), algo, gemm_math)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gpu_glue_passes_the_contract(rng, fake_gpu, channels_last):
+    x, weight, bias = randn(rng, 2, 4, 9, 7), nn.Parameter(randn(rng, 6, 4, 3, 3)), randn(rng, 6)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y, ran = run_gpu(x, weight, bias, algo="direct")
+    call = fake_gpu.calls[-1]
+    assert ran == "direct" and call["algo"] == "direct" and call["gemm_math"] == "3xtf32"
+    assert call["layout"] == ("NHWC" if channels_last else "NCHW")
+    assert tuple(call["x"].shape) == ((2, 9, 7, 4) if channels_last else (2, 4, 9, 7))
+    assert tuple(call["out"].shape) == ((2, 9, 7, 6) if channels_last else (2, 6, 9, 7))
+    assert call["x"].is_contiguous() and call["out"].is_contiguous() and call["w"].is_contiguous()
+    assert not call["w"].requires_grad
+    assert call["token"] == functional.weight_token(weight)
+    assert call["out"].data_ptr() == y.data_ptr()           # the runtime wrote the returned tensor
+    assert y.is_contiguous(memory_format=torch.channels_last) == channels_last
+    assert rel_l2(y, reference(x, weight, bias, padding=1)) < 1e-6
+
+
+def test_gpu_glue_auto_measures_once_and_keeps_the_choice(rng, fake_gpu):
+    x, weight = randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 3, 3)
+    fake_gpu.winner = "pytorch"
+    for _ in range(3):
+        y, ran = run_gpu(x, weight)
+        assert ran == "pytorch"
+        assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
+    assert len(fake_gpu.chosen) == 1 and len(fake_gpu.timed) == 1
+    key, names = fake_gpu.timed[0]
+    assert names == ("megakernel", "pytorch") and "n1c4k4h8w8" in key and "3xtf32" in key
+    # A 1x1 layer: the direct path against PyTorch, without asking the runtime's Winograd choice.
+    run_gpu(x, randn(rng, 4, 4, 1, 1), padding=0)
+    assert len(fake_gpu.chosen) == 1 and fake_gpu.timed[-1][1] == ("direct", "pytorch")
+    # A filter too large for megawino: PyTorch without measuring.
+    _, ran = run_gpu(randn(rng, 1, 2, 20, 20), randn(rng, 2, 2, 17, 17), padding=8)
+    assert ran == "pytorch" and len(fake_gpu.timed) == 2
+
+
+def test_gpu_glue_under_capture_measures_nothing_and_keeps_nothing(rng, fake_gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    x, weight = randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 3, 3)
+    _, ran = run_gpu(x, weight)
+    assert ran == "megakernel" and not fake_gpu.timed and not fake_gpu.chosen
+    assert functional._CHOICES == {}
+
+
+def test_gpu_glue_refuses_an_algo_the_shape_cannot_take(rng, fake_gpu):
+    with pytest.raises(ValueError, match="algo='megakernel'"):
+        run_gpu(randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 1, 1), padding=0, algo="megakernel")
+    assert not fake_gpu.calls
