@@ -158,7 +158,7 @@ def host_overhead(calls: int) -> list[dict]:
     import megawino
     import megawino.torch as mwt
     from megawino import runtime
-    from megawino.torch.functional import weight_token
+    from megawino.torch.gpu import weight_token
     n, c, k, h, w = OVERHEAD_SHAPE
     x = torch.randn(n, c, h, w, device="cuda")
     weight = torch.randn(k, c, 3, 3, device="cuda")

@@ -11,7 +11,7 @@ import torch.nn.functional as F  # noqa: E402
 import megawino  # noqa: E402
 import megawino.torch as mwt  # noqa: E402
 from megawino.spec import LayerSpec  # noqa: E402
-from megawino.torch import functional  # noqa: E402
+from megawino.torch import functional, gpu  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch without CUDA")]
@@ -58,10 +58,10 @@ def test_conv2d_every_algo_matches_float64(gen, shape, channels_last):
         x = x.contiguous(memory_format=torch.channels_last)
     ref = f64(x, weight, bias, stride, padding)
     with torch.inference_mode():
-        for algo in functional.candidate_algos(spec) + ("auto",):
+        for algo in gpu.candidate_algos(spec) + ("auto",):
             y, ran = functional.conv2d_with_algo(x, weight, bias, stride, padding, algo=algo)
             torch.cuda.synchronize()
-            assert ran in functional.candidate_algos(spec)
+            assert ran in gpu.candidate_algos(spec)
             assert y.shape == ref.shape and y.dtype == torch.float32 and y.device == x.device
             assert y.is_contiguous(memory_format=torch.channels_last if channels_last
                                    else torch.contiguous_format), algo
@@ -107,7 +107,7 @@ def test_weight_changes_give_fresh_results(gen, algo):
     with torch.inference_mode():
         assert rel_l2(mwt.conv2d(x, fresh, padding=1, algo=algo), f64(x, fresh, padding=1)) < TOL
     fresh.data.copy_(randn(gen, 16, 8, 3, 3))            # invisible to the version counter...
-    functional.weights_changed()                         # ...so the user says so
+    mwt.weights_changed()                         # ...so the user says so
     with torch.inference_mode():
         assert rel_l2(mwt.conv2d(x, fresh, padding=1, algo=algo), f64(x, fresh, padding=1)) < TOL
     assert address != 0

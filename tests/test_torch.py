@@ -1,5 +1,6 @@
 """megawino.torch.conv2d on the CPU: the CPU backend against torch.nn.functional.conv2d, argument
 handling and refusals, the autograd fallback, weight tokens (convert: test_torch_convert.py)."""
+import copy
 import subprocess
 import sys
 import warnings
@@ -12,7 +13,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import megawino.torch as mwt  # noqa: E402
-from megawino.torch import functional  # noqa: E402
+from megawino.torch import functional, gpu  # noqa: E402
 from megawino.spec import LayerSpec  # noqa: E402
 
 
@@ -126,7 +127,7 @@ def test_conv2d_refusals_name_the_argument(rng, monkeypatch, kwargs, name):
     def must_not_run(*args, **kw):
         raise AssertionError("ran before refusing")
     monkeypatch.setattr("megawino.executor.conv2d_cpu", must_not_run)
-    monkeypatch.setattr(functional, "_gpu", must_not_run)
+    monkeypatch.setattr(gpu, "_gpu", must_not_run)
     x, weight = randn(rng, 2, 4, 8, 8), randn(rng, 4, 4, 3, 3)
     kwargs = {"backend": "cpu", **kwargs}
     with pytest.raises(ValueError, match=name):
@@ -201,50 +202,54 @@ def test_autograd_falls_back_with_one_warning(rng, monkeypatch):
 def test_weight_token_follows_every_change(rng):
     conv = nn.Conv2d(3, 4, 3)
     w = conv.weight
-    token = functional.weight_token(w)
-    assert functional.weight_token(w) == token
+    token = gpu.weight_token(w)
+    assert gpu.weight_token(w) == token
     hash(token)
     with torch.no_grad():
         w.add_(1)
-    after_add = functional.weight_token(w)
+    after_add = gpu.weight_token(w)
     assert after_add != token
     conv.load_state_dict(nn.Conv2d(3, 4, 3).state_dict())
-    after_load = functional.weight_token(w)
+    after_load = gpu.weight_token(w)
     assert after_load not in (token, after_add)
-    functional.weights_changed()
-    assert functional.weight_token(w) != after_load
+    gpu.weights_changed()
+    assert gpu.weight_token(w) != after_load
     # A new tensor gets a new token even where it has the same address and version.
     a = randn(rng, 4, 3, 3, 3)
     b = a.view(a.shape)
     assert b.data_ptr() == a.data_ptr() and b._version == a._version
-    assert functional.weight_token(a) != functional.weight_token(b)
+    assert gpu.weight_token(a) != gpu.weight_token(b)
     with torch.inference_mode():
-        assert functional.weight_token(torch.ones(2, 2, 3, 3)) is None
+        assert gpu.weight_token(torch.ones(2, 2, 3, 3)) is None
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_exported_views_are_dlpack_ready(rng, channels_last):
-    conv = nn.Conv2d(4, 6, 3)
-    x = randn(rng, 2, 4, 5, 7).requires_grad_()
-    out = torch.empty(2, 6, 3, 5)
+def test_runtime_views_are_compact_aliases(rng, channels_last):
+    x, out = randn(rng, 2, 4, 5, 7), torch.empty(2, 6, 3, 5)
     if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-        out = out.contiguous(memory_format=torch.channels_last)
-        conv = conv.to(memory_format=torch.channels_last)
-    views = functional.exported_views(x, conv.weight, out, channels_last)
-    shapes = [(2, 5, 7, 4), (6, 4, 3, 3), (2, 3, 5, 6)] if channels_last else [(2, 4, 5, 7), (6, 4, 3, 3), (2, 6, 3, 5)]
-    for view, shape, source in zip(views, shapes, (x, conv.weight, out)):
+        x, out = (t.contiguous(memory_format=torch.channels_last) for t in (x, out))
+    views = gpu.runtime_views(x, out, channels_last)
+    shapes = [(2, 5, 7, 4), (2, 3, 5, 6)] if channels_last else [(2, 4, 5, 7), (2, 6, 3, 5)]
+    for view, shape, source in zip(views, shapes, (x, out)):
         assert tuple(view.shape) == shape and view.is_contiguous()
-        torch.utils.dlpack.to_dlpack(view)          # raises for tensors that require grad
-        if source is not conv.weight or not channels_last:
-            assert view.data_ptr() == source.data_ptr()     # zero copy
-    assert torch.equal(views[1], conv.weight.detach())
+        assert view.data_ptr() == source.data_ptr()          # zero copy
+
+
+def test_weight_tokens_are_not_copied_with_the_tensor(rng):
+    import pickle
+    w = randn(rng, 4, 3, 3, 3)
+    token = gpu.weight_token(w)
+    for other in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
+        assert gpu.weight_token(other)[0] != token[0]
+    count = len(gpu._TRACKED)
+    del w, other
+    assert len(gpu._TRACKED) <= count - 2
 
 
 def test_ieee_fp32_convolutions_restores_the_setting():
     conv_flags = torch.backends.cudnn.conv
     before = conv_flags.fp32_precision
-    with functional._ieee_fp32_convolutions():
+    with gpu._ieee_fp32_convolutions():
         assert conv_flags.fp32_precision == "ieee"
     assert conv_flags.fp32_precision == before
 
@@ -256,7 +261,7 @@ def test_ieee_fp32_convolutions_restores_the_setting():
     (LayerSpec(1, 3, 8, 40, 40, 17, 17, 1, 8), ("pytorch",)),
 ])
 def test_candidate_algos(spec, algos):
-    assert functional.candidate_algos(spec) == algos
+    assert gpu.candidate_algos(spec) == algos
 
 
 # ---------------------------------------------------------------------------
@@ -299,42 +304,75 @@ class FakeRuntime:
         return self.winner or next(iter(candidates))
 
 
+class FakeCupy:
+    """CuPy's zero-copy view API over CPU tensors: ``ndarray`` gives back the owner tensor after
+    checking that the pointer, byte size and shape describe it exactly."""
+
+    float32 = "float32"
+
+    def __init__(self):
+        self.views = 0
+        self.cuda = type("cuda", (), {"ExternalStream": _Context, "Device": _Context,
+                                      "UnownedMemory": lambda ptr, size, owner, device: (ptr, size, owner),
+                                      "MemoryPointer": lambda memory, offset: (memory, offset)})
+
+    def ndarray(self, shape, dtype, memptr):
+        (ptr, size, owner), offset = memptr
+        assert dtype == "float32" and offset == 0 and owner.is_contiguous()
+        assert ptr == owner.data_ptr() and size == 4 * owner.numel() and shape == tuple(owner.shape)
+        self.views += 1
+        return owner
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
     runtime = FakeRuntime()
-    cupy = type("FakeCupy", (), {})()
-    cupy.from_dlpack = lambda t: t
-    cupy.cuda = type("cuda", (), {"ExternalStream": _Context, "Device": _Context})
-    monkeypatch.setattr(functional, "_gpu", lambda: (cupy, runtime))
+    cupy = runtime.cupy = FakeCupy()
+    monkeypatch.setattr(gpu, "_gpu", lambda: (cupy, runtime))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 7})())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(functional, "_CHOICES", {})
-    monkeypatch.setattr(functional, "_STREAMS", {})
+    monkeypatch.setattr(gpu, "_CHOICES", {})
+    monkeypatch.setattr(gpu, "_STREAMS", {})
     return runtime
 
 
-def run_gpu(x, weight, bias=None, stride=1, padding=1, algo="auto", gemm_math="3xtf32"):
+def run_gpu(x, weight, stride=1, padding=1, algo="auto", gemm_math="3xtf32"):
+    channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
     with torch.no_grad():
-        return functional._run_gpu(x, weight, bias, functional.ConvArguments(stride, padding), algo, gemm_math)
+        return gpu.run_gpu(x, weight, stride, padding, channels_last, algo, gemm_math)
+
+
+def test_gpu_glue_makes_the_weight_view_once_per_token(rng, fake_gpu):
+    x = randn(rng, 1, 4, 6, 6)
+    weight = randn(rng, 4, 4, 3, 3).contiguous(memory_format=torch.channels_last)
+    for _ in range(3):
+        run_gpu(x, weight, algo="megakernel")
+    assert fake_gpu.cupy.views == 3 * 2 + 1                # input and output per call, weight once
+    assert len({call["w"].data_ptr() for call in fake_gpu.calls}) == 1
+    with torch.no_grad():
+        weight.mul_(2)
+    y, _ = run_gpu(x, weight, algo="megakernel")
+    assert fake_gpu.cupy.views == 4 * 2 + 2
+    assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_gpu_glue_passes_the_contract(rng, fake_gpu, channels_last):
-    x, weight, bias = randn(rng, 2, 4, 9, 7), nn.Parameter(randn(rng, 6, 4, 3, 3)), randn(rng, 6)
+    x, weight = randn(rng, 2, 4, 9, 7), nn.Parameter(randn(rng, 6, 4, 3, 3))
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    y, ran = run_gpu(x, weight, bias, algo="direct")
+    y, ran = run_gpu(x, weight, algo="direct")
     call = fake_gpu.calls[-1]
     assert ran == "direct" and call["algo"] == "direct" and call["gemm_math"] == "3xtf32"
     assert call["layout"] == ("NHWC" if channels_last else "NCHW")
     assert tuple(call["x"].shape) == ((2, 9, 7, 4) if channels_last else (2, 4, 9, 7))
     assert tuple(call["out"].shape) == ((2, 9, 7, 6) if channels_last else (2, 6, 9, 7))
     assert call["x"].is_contiguous() and call["out"].is_contiguous() and call["w"].is_contiguous()
-    assert not call["w"].requires_grad
-    assert call["token"] == functional.weight_token(weight)
+    assert call["token"] == gpu.weight_token(weight)
+    assert torch.equal(call["w"], weight.detach())
     assert call["out"].data_ptr() == y.data_ptr()           # the runtime wrote the returned tensor
     assert y.is_contiguous(memory_format=torch.channels_last) == channels_last
-    assert rel_l2(y, reference(x, weight, bias, padding=1)) < 1e-6
+    assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
 
 
 def test_gpu_glue_auto_measures_once_and_keeps_the_choice(rng, fake_gpu):
@@ -360,7 +398,7 @@ def test_gpu_glue_under_capture_measures_nothing_and_keeps_nothing(rng, fake_gpu
     x, weight = randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 3, 3)
     _, ran = run_gpu(x, weight)
     assert ran == "megakernel" and not fake_gpu.timed and not fake_gpu.chosen
-    assert functional._CHOICES == {}
+    assert gpu._CHOICES == {}
 
 
 def test_gpu_glue_refuses_an_algo_the_shape_cannot_take(rng, fake_gpu):

@@ -1,7 +1,7 @@
 """megawino for PyTorch models (needs the ``torch`` extra: ``pip install megawino[torch]``).
 
 * :func:`conv2d`: ``torch.nn.functional.conv2d``'s signature on megawino: CUDA float32
-  tensors through DLPack on torch's current stream; ``backend="cpu"`` runs CPU tensors on
+  tensors, zero copy, on torch's current stream; ``backend="cpu"`` runs CPU tensors on
   megawino's CPU executor.
 * :func:`convert`: a model's ``nn.Conv2d`` layers that megawino can run become
   :class:`MegawinoConv2d` in place (same parameters and ``state_dict`` keys); the others stay.

@@ -1,15 +1,12 @@
 """``megawino.torch.conv2d``: torch.nn.functional.conv2d's signature on megawino.
 
-CUDA float32 tensors run on the GPU runtime (zero copy through DLPack, on torch's current
-stream, no host synchronisation); CPU tensors run megawino's CPU executor when
+CUDA float32 tensors run on the GPU runtime (:mod:`megawino.torch.gpu`: zero copy, on torch's
+current stream, no host synchronisation); CPU tensors run megawino's CPU executor when
 ``backend="cpu"`` is asked for.  Every refusal is a ValueError naming the argument, raised
 before anything compiles, allocates or launches.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-import itertools
 import operator
 import warnings
 from typing import NamedTuple
@@ -18,8 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
-from ..resources import source_hash
-from ..spec import LayerSpec
+from .gpu import MEGAWINO_ALGOS, run_gpu, weight_token, weights_changed
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
            "BACKENDS", "ALGOS", "ALGO_NOTES"]
@@ -27,7 +23,6 @@ __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weig
 # "auto": CUDA tensors on the GPU runtime, CPU tensors refused; "gpu": CUDA tensors only;
 # "cpu": CPU tensors through the CPU executor (slow: it runs the task list in Python, for tests).
 BACKENDS = ("auto", "gpu", "cpu")
-MEGAWINO_ALGOS = ("megakernel", "nonfused", "direct")
 ALGOS = ("auto",) + MEGAWINO_ALGOS + ("pytorch",)
 # What ran, for the algorithms that are not megawino's own GPU paths (shown by convert's report).
 ALGO_NOTES = {
@@ -133,39 +128,6 @@ def _channels_last(t: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Weight tokens: the runtime reuses a transformed filter while its token is unchanged
-# ---------------------------------------------------------------------------
-
-_SERIALS = itertools.count()
-_generation = 0
-
-
-def weights_changed() -> None:
-    """Invalidate every cached transformed filter: call this after changing weights in a way
-    PyTorch's version counter does not see (writes through ``tensor.data``)."""
-    global _generation
-    _generation += 1
-
-
-def weight_token(weight: torch.Tensor):
-    """Hashable identity of ``weight``'s current contents, or None where it cannot be known.
-
-    A per-object serial (a new tensor at a reused address gets a new token), the address,
-    PyTorch's version counter (bumped by every in-place write, load_state_dict included),
-    shape, device and the :func:`weights_changed` generation.  The runtime keys prepared
-    weights by token, path and layout, so one token serves every algorithm."""
-    serial = getattr(weight, "_megawino_serial", None)
-    if serial is None:
-        serial = next(_SERIALS)
-        weight._megawino_serial = serial
-    try:
-        version = weight._version
-    except RuntimeError:          # inference tensors carry no version counter: never cache
-        return None
-    return (serial, weight.data_ptr(), version, tuple(weight.shape), weight.device.index, _generation)
-
-
-# ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
 
@@ -207,172 +169,23 @@ def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, 
         return F.conv2d(input, weight, bias, args.stride, args.padding), "pytorch-autograd"
     unbatched = input.dim() == 3
     x = input.unsqueeze(0) if unbatched else input
-    run = _run_cpu if device == "cpu" else _run_gpu
-    out, ran = run(x, weight, bias, args, algo, gemm_math)
+    # torch's rule: channels_last output when the input or the weight is channels_last.
+    channels_last = _channels_last(x) or _channels_last(weight)
+    run = _run_cpu if device == "cpu" else run_gpu
+    out, ran = run(x, weight, args.stride, args.padding, channels_last, algo, gemm_math)
+    if bias is not None:
+        out.add_(bias.view(1, -1, 1, 1))
     return (out.squeeze(0) if unbatched else out), ran
 
 
-def _add_bias(out: torch.Tensor, bias) -> torch.Tensor:
-    return out if bias is None else out.add_(bias.view(1, -1, 1, 1))
-
-
-def _run_cpu(x, weight, bias, args: ConvArguments, algo: str, gemm_math: str):
+def _run_cpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str, gemm_math: str):
     r, s = weight.shape[2:]
-    if algo == "pytorch" or (r, s) != (3, 3) or args.stride != 1:
-        return F.conv2d(x, weight, bias, args.stride, args.padding), (
-            "pytorch" if algo == "pytorch" else "pytorch-cpu")
+    if algo == "pytorch" or (r, s) != (3, 3) or stride != 1:
+        return F.conv2d(x, weight, None, stride, padding), "pytorch" if algo == "pytorch" else "pytorch-cpu"
     from ..executor import conv2d_cpu
     w = weight.detach().contiguous().numpy()
-    if _channels_last(x) or _channels_last(weight):
-        y = conv2d_cpu(x.detach().permute(0, 2, 3, 1).contiguous().numpy(), w, padding=args.padding,
-                       layout="NHWC")
-        out = torch.from_numpy(y).permute(0, 3, 1, 2)
-    else:
-        out = torch.from_numpy(conv2d_cpu(x.detach().contiguous().numpy(), w, padding=args.padding))
-    return _add_bias(out, bias), "cpu-executor"
-
-
-# ---------------------------------------------------------------------------
-# GPU backend
-# ---------------------------------------------------------------------------
-
-def _torch_workspace(nbytes: int):
-    """The runtime's workspace allocator: bytes from torch's caching allocator (so workspaces
-    made while a CUDA graph is captured come from the graph's pool)."""
-    import cupy
-    device = torch.device("cuda", cupy.cuda.Device().id)
-    return cupy.from_dlpack(torch.empty(int(nbytes), dtype=torch.uint8, device=device))
-
-
-@functools.cache
-def _gpu():
-    """(cupy, megawino.runtime), with the runtime's workspaces on torch's allocator."""
-    from .. import runtime
-    from ..nvrtc import cupy_module
-    cupy = cupy_module()
-    runtime.set_allocator(_torch_workspace)
-    return cupy, runtime
-
-
-@contextlib.contextmanager
-def _ieee_fp32_convolutions():
-    """cuDNN convolutions in IEEE fp32 (no TF32) inside, the user's setting restored after;
-    through the per-operator flag where torch has it (mixing it with the legacy one is an error)."""
-    conv_flags = getattr(torch.backends.cudnn, "conv", None)
-    if conv_flags is not None and hasattr(conv_flags, "fp32_precision"):
-        saved = conv_flags.fp32_precision
-        conv_flags.fp32_precision = "ieee"
-        try:
-            yield
-        finally:
-            conv_flags.fp32_precision = saved
-    else:
-        saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = False
-        try:
-            yield
-        finally:
-            torch.backends.cudnn.allow_tf32 = saved
-
-
-class _Layer(NamedTuple):
-    spec: LayerSpec
-    candidates: tuple[str, ...]     # the algorithms that can run it, megawino's paths first
-    choice_key: str                 # the key of runtime.choose_fastest's cache
-
-
-def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:
-    """The algorithms algo="auto" chooses from for ``spec``: the Winograd paths for 3x3
-    stride 1, the direct path where it takes the shape, and PyTorch."""
-    from ..direct import check_spec
-    names = list(MEGAWINO_ALGOS[:2]) if spec.winograd_eligible else []
-    try:
-        check_spec(spec)
-        names.append("direct")
-    except ValueError:
-        pass
-    return tuple(names) + ("pytorch",)
-
-
-_LAYERS: dict = {}     # (shape, stride, padding, layout, gemm_math) -> _Layer
-_CHOICES: dict = {}    # same key + device -> the algorithm algo="auto" runs
-_STREAMS: dict = {}    # (torch stream handle, device) -> cupy.cuda.ExternalStream
-
-
-def _layer(key) -> _Layer:
-    layer = _LAYERS.get(key)
-    if layer is None:
-        n, c, k, h, w, r, s, stride, padding, layout, gemm_math = key
-        spec = LayerSpec(n, c, k, h, w, r, s, stride, padding, layout)
-        choice_key = (f"torch{torch.__version__}-cudnn{torch.backends.cudnn.version()}-"
-                      f"megawino{source_hash()[:12]}/"
-                      f"{spec.shape_string}/{layout}/{gemm_math}")
-        layer = _LAYERS[key] = _Layer(spec, candidate_algos(spec), choice_key)
-    return layer
-
-
-def exported_views(x, weight, out, channels_last: bool):
-    """The tensors the runtime gets through DLPack: detached (DLPack refuses tensors that
-    require grad), the weight [K][C][R][S] contiguous, and for channels_last the NHWC views
-    (contiguous in memory) of input and output."""
-    weight = weight.detach().contiguous()
     if channels_last:
-        return x.detach().permute(0, 2, 3, 1), weight, out.permute(0, 2, 3, 1)
-    return x.detach(), weight, out
-
-
-def _run_gpu(x, weight, bias, args: ConvArguments, algo: str, gemm_math: str):
-    channels_last = _channels_last(x) or _channels_last(weight)
-    layout = "NHWC" if channels_last else "NCHW"
-    n, c, h, w = x.shape
-    k, _, r, s = weight.shape
-    key = (n, c, k, h, w, r, s, args.stride, args.padding, layout, gemm_math)
-    layer = _layer(key)
-    if algo not in ("auto", "pytorch") and algo not in layer.candidates:
-        raise ValueError(f"algo={algo!r} cannot run {layer.spec.describe()} "
-                         f"(this shape runs {', '.join(layer.candidates)})")
-    cupy, runtime = _gpu()
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    x = x.contiguous(memory_format=memory_format)
-    dev = x.device.index
-    torch_stream = torch.cuda.current_stream(x.device)
-    stream = _STREAMS.get((torch_stream.cuda_stream, dev))
-    if stream is None:
-        stream = _STREAMS[(torch_stream.cuda_stream, dev)] = cupy.cuda.ExternalStream(
-            torch_stream.cuda_stream, dev)
-
-    def run(name: str) -> torch.Tensor:
-        if name == "pytorch":
-            with _ieee_fp32_convolutions():
-                return F.conv2d(x, weight, None, args.stride, args.padding)
-        # Allocated by torch (its caching allocator, the graph's pool under capture).
-        out = torch.empty((n, k, layer.spec.out_h, layer.spec.out_w), dtype=torch.float32,
-                          device=x.device, memory_format=memory_format)
-        x_view, w_view, out_view = exported_views(x, weight, out, channels_last)
-        runtime.conv2d(cupy.from_dlpack(x_view), cupy.from_dlpack(w_view), stride=args.stride,
-                       padding=args.padding, algo=name, layout=layout, gemm_math=gemm_math,
-                       out=cupy.from_dlpack(out_view), weight_token=weight_token(weight))
-        return out
-
-    with cupy.cuda.Device(dev), stream:
-        if algo == "auto":
-            algo = _CHOICES.get((key, dev))
-            if algo is None:
-                algo = _choose(runtime, layer, gemm_math, run)
-                # Under capture nothing is measured: choose again at the next eager call.
-                if not torch.cuda.is_current_stream_capturing():
-                    _CHOICES[(key, dev)] = algo
-        return _add_bias(run(algo), bias), algo
-
-
-def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:
-    """The runtime's fastest megawino path for the shape (its own measurement and cache), then
-    the faster of that and PyTorch, timed on these tensors (cached per GPU by the runtime)."""
-    if torch.cuda.is_current_stream_capturing():
-        return layer.candidates[0]         # nothing can be timed (or allocated by CuPy) now
-    ours = [name for name in layer.candidates if name != "pytorch"]
-    if not ours:
-        return "pytorch"
-    best = runtime.choose_algo(layer.spec, gemm_math) if layer.spec.winograd_eligible else ours[0]
-    return runtime.choose_fastest(layer.choice_key, {best: functools.partial(run, best),
-                                                     "pytorch": functools.partial(run, "pytorch")})
+        y = conv2d_cpu(x.detach().permute(0, 2, 3, 1).contiguous().numpy(), w, padding=padding,
+                       layout="NHWC")
+        return torch.from_numpy(y).permute(0, 3, 1, 2), "cpu-executor"
+    return torch.from_numpy(conv2d_cpu(x.detach().contiguous().numpy(), w, padding=padding)), "cpu-executor"
