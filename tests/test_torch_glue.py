@@ -1,0 +1,167 @@
+"""megawino.torch's GPU glue (megawino/torch/gpu.py) on the CPU, against a recording stand-in
+for CuPy and megawino.runtime: what is handed to the runtime, the weight view, the per-layer
+choice and CUDA-graph capture."""
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from megawino.torch import gpu  # noqa: E402
+
+
+def rel_l2(y, ref) -> float:
+    ref = ref.detach().double()
+    return float((y.detach().double() - ref).norm() / ref.norm())
+
+
+def reference(x, w, stride=1, padding=0):
+    return F.conv2d(x.double(), w.double(), None, stride, padding)
+
+
+@pytest.fixture
+def rng():
+    return torch.Generator().manual_seed(14)
+
+
+def randn(rng, *shape):
+    return torch.randn(*shape, generator=rng)
+
+
+class _Context:
+    def __init__(self, *args):
+        self.args = args
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class FakeRuntime:
+    """megawino.runtime's contract, computed with F.conv2d on the CPU, every call recorded."""
+
+    def __init__(self, best="megakernel", winner=None):
+        self.calls, self.chosen, self.timed = [], [], []
+        self.best, self.winner = best, winner
+
+    def conv2d(self, x, w, stride, padding, algo, layout, gemm_math, out, weight_token):
+        self.calls.append(dict(x=x, w=w, out=out, algo=algo, layout=layout, token=weight_token,
+                               stride=stride, padding=padding, gemm_math=gemm_math))
+        nchw = (lambda t: t.permute(0, 3, 1, 2)) if layout == "NHWC" else (lambda t: t)
+        nchw(out).copy_(F.conv2d(nchw(x), w, None, stride, padding))
+        return out
+
+    def choose_algo(self, spec, gemm_math):
+        self.chosen.append(spec)
+        return self.best
+
+    def choose_fastest(self, key, candidates):
+        self.timed.append((key, tuple(candidates)))
+        for run in candidates.values():
+            run()
+        return self.winner or next(iter(candidates))
+
+
+class FakeCupy:
+    """CuPy's zero-copy view API over CPU tensors: ``ndarray`` gives back the owner tensor after
+    checking that the pointer, byte size and shape describe it exactly."""
+
+    float32 = "float32"
+
+    def __init__(self):
+        self.views = 0
+        self.cuda = type("cuda", (), {"ExternalStream": _Context, "Device": _Context,
+                                      "UnownedMemory": lambda ptr, size, owner, device: (ptr, size, owner),
+                                      "MemoryPointer": lambda memory, offset: (memory, offset)})
+
+    def ndarray(self, shape, dtype, memptr):
+        (ptr, size, owner), offset = memptr
+        assert dtype == "float32" and offset == 0 and owner.is_contiguous()
+        assert ptr == owner.data_ptr() and size == 4 * owner.numel() and shape == tuple(owner.shape)
+        self.views += 1
+        return owner
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    runtime = FakeRuntime()
+    cupy = runtime.cupy = FakeCupy()
+    monkeypatch.setattr(gpu, "_gpu", lambda: (cupy, runtime))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 7})())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(gpu, "_CHOICES", {})
+    monkeypatch.setattr(gpu, "_STREAMS", {})
+    return runtime
+
+
+def run_gpu(x, weight, stride=1, padding=1, algo="auto", gemm_math="3xtf32"):
+    channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    with torch.no_grad():
+        return gpu.run_gpu(x, weight, stride, padding, channels_last, algo, gemm_math)
+
+
+def test_gpu_glue_makes_the_weight_view_once_per_token(rng, fake_gpu):
+    x = randn(rng, 1, 4, 6, 6)
+    weight = randn(rng, 4, 4, 3, 3).contiguous(memory_format=torch.channels_last)
+    for _ in range(3):
+        run_gpu(x, weight, algo="megakernel")
+    assert fake_gpu.cupy.views == 3 * 2 + 1                # input and output per call, weight once
+    assert len({call["w"].data_ptr() for call in fake_gpu.calls}) == 1
+    with torch.no_grad():
+        weight.mul_(2)
+    y, _ = run_gpu(x, weight, algo="megakernel")
+    assert fake_gpu.cupy.views == 4 * 2 + 2
+    assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gpu_glue_passes_the_contract(rng, fake_gpu, channels_last):
+    x, weight = randn(rng, 2, 4, 9, 7), nn.Parameter(randn(rng, 6, 4, 3, 3))
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y, ran = run_gpu(x, weight, algo="direct")
+    call = fake_gpu.calls[-1]
+    assert ran == "direct" and call["algo"] == "direct" and call["gemm_math"] == "3xtf32"
+    assert call["layout"] == ("NHWC" if channels_last else "NCHW")
+    assert tuple(call["x"].shape) == ((2, 9, 7, 4) if channels_last else (2, 4, 9, 7))
+    assert tuple(call["out"].shape) == ((2, 9, 7, 6) if channels_last else (2, 6, 9, 7))
+    assert call["x"].is_contiguous() and call["out"].is_contiguous() and call["w"].is_contiguous()
+    assert call["token"] == gpu.weight_token(weight)
+    assert torch.equal(call["w"], weight.detach())
+    assert call["out"].data_ptr() == y.data_ptr()           # the runtime wrote the returned tensor
+    assert y.is_contiguous(memory_format=torch.channels_last) == channels_last
+    assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
+
+
+def test_gpu_glue_auto_measures_once_and_keeps_the_choice(rng, fake_gpu):
+    x, weight = randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 3, 3)
+    fake_gpu.winner = "pytorch"
+    for _ in range(3):
+        y, ran = run_gpu(x, weight)
+        assert ran == "pytorch"
+        assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
+    assert len(fake_gpu.chosen) == 1 and len(fake_gpu.timed) == 1
+    key, names = fake_gpu.timed[0]
+    assert names == ("megakernel", "pytorch") and "n1c4k4h8w8" in key and "3xtf32" in key
+    # A 1x1 layer: the direct path against PyTorch, without asking the runtime's Winograd choice.
+    run_gpu(x, randn(rng, 4, 4, 1, 1), padding=0)
+    assert len(fake_gpu.chosen) == 1 and fake_gpu.timed[-1][1] == ("direct", "pytorch")
+    # A filter too large for megawino: PyTorch without measuring.
+    _, ran = run_gpu(randn(rng, 1, 2, 20, 20), randn(rng, 2, 2, 17, 17), padding=8)
+    assert ran == "pytorch" and len(fake_gpu.timed) == 2
+
+
+def test_gpu_glue_under_capture_measures_nothing_and_keeps_nothing(rng, fake_gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    x, weight = randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 3, 3)
+    _, ran = run_gpu(x, weight)
+    assert ran == "megakernel" and not fake_gpu.timed and not fake_gpu.chosen
+    assert gpu._CHOICES == {}
+
+
+def test_gpu_glue_refuses_an_algo_the_shape_cannot_take(rng, fake_gpu):
+    with pytest.raises(ValueError, match="algo='megakernel'"):
+        run_gpu(randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 1, 1), padding=0, algo="megakernel")
+    assert not fake_gpu.calls
