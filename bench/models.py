@@ -198,9 +198,9 @@ def free_runtime_caches() -> None:
     import megawino
     try:
         megawino.synchronize()
-    except RuntimeError:       # a failed model's watchdog error was recorded with it
+        megawino.clear_cache()
+    except Exception:          # a failed model's error was recorded with it
         pass
-    megawino.clear_cache()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -309,9 +309,13 @@ def main(argv=None) -> int:
         progress.advance(task)
     console.print(results_table(rows))
     console.print(overhead_table(overhead))
-    import torchvision
+    try:
+        import torchvision
+        torchvision_version = torchvision.__version__
+    except ImportError:
+        torchvision_version = None
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision.__version__,
+              "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
               "git_commit": git_commit(REPO_ROOT), "reps": args.reps, "input_sets": INPUT_SETS,
               "quick": args.quick, "rows": rows, "host_overhead": overhead}
     out = Path(args.json)
