@@ -102,7 +102,7 @@ def run_gpu(x, weight, stride=1, padding=1, algo="auto", gemm_math="3xtf32"):
         return gpu.run_gpu(x, weight, stride, padding, channels_last, algo, gemm_math)
 
 
-def test_gpu_glue_makes_the_weight_view_once_per_token(rng, fake_gpu):
+def test_gpu_glue_makes_the_weight_view_once_per_token_and_stream(rng, fake_gpu, monkeypatch):
     x = randn(rng, 1, 4, 6, 6)
     weight = randn(rng, 4, 4, 3, 3).contiguous(memory_format=torch.channels_last)
     for _ in range(3):
@@ -114,6 +114,17 @@ def test_gpu_glue_makes_the_weight_view_once_per_token(rng, fake_gpu):
     y, _ = run_gpu(x, weight, algo="megakernel")
     assert fake_gpu.cupy.views == 4 * 2 + 2
     assert rel_l2(y, reference(x, weight, padding=1)) < 1e-6
+    # Another stream gets its own copy (made on it, so ordered before its reads).
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 9})())
+    run_gpu(x, weight, algo="megakernel")
+    run_gpu(x, weight, algo="megakernel")
+    assert fake_gpu.cupy.views == 6 * 2 + 3
+    # Under capture a copy is made for the graph and not kept.
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 11})())
+    run_gpu(x, weight, algo="megakernel")
+    run_gpu(x, weight, algo="megakernel")
+    assert fake_gpu.cupy.views == 8 * 2 + 5
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

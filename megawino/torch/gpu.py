@@ -39,9 +39,9 @@ _generation = 0
 
 class _Tracked:
     """What megawino.torch keeps about a weight tensor while it lives: a serial no other tensor
-    shares, and its last CuPy view with the token it was made under."""
+    shares, and its CuPy views per stream with the token they were made under."""
 
-    __slots__ = ("ref", "serial", "token", "view")
+    __slots__ = ("ref", "serial", "token", "views")
 
 
 # id(tensor) -> _Tracked.  Kept here, not as tensor attributes, which deepcopy and pickling
@@ -63,7 +63,7 @@ def _tracked(tensor: torch.Tensor) -> _Tracked:
     if entry is None or entry.ref() is not tensor:
         entry = _Tracked()
         entry.ref = weakref.ref(tensor, _forget(key))
-        entry.serial, entry.token, entry.view = next(_SERIALS), None, None
+        entry.serial, entry.token, entry.views = next(_SERIALS), None, {}
         _TRACKED[key] = entry
     return entry
 
@@ -184,15 +184,18 @@ def _cupy_view(cupy, tensor: torch.Tensor, device: int):
     return cupy.ndarray(tuple(tensor.shape), cupy.float32, cupy.cuda.MemoryPointer(memory, 0))
 
 
-def _weight_view(cupy, weight: torch.Tensor, token, device: int):
-    """The [K][C][R][S]-contiguous weight as a CuPy array, made once per weight token (a
-    channels_last weight is copied once, not at every call)."""
+def _weight_view(cupy, weight: torch.Tensor, token, device: int, stream: int):
+    """The [K][C][R][S]-contiguous weight as a CuPy array, made once per weight token and stream
+    (a channels_last weight is copied once, and on the stream that reads the copy).  Views made
+    during CUDA-graph capture are not kept: a copy made there is only written by replays."""
     entry = _tracked(weight)
-    if token is not None and entry.token == token:
-        return entry.view
+    if token is not None and entry.token == token and stream in entry.views:
+        return entry.views[stream]
     view = _cupy_view(cupy, weight.detach().contiguous(), device)
-    if token is not None:
-        entry.token, entry.view = token, view
+    if token is not None and not torch.cuda.is_current_stream_capturing():
+        if entry.token != token:
+            entry.token, entry.views = token, {}
+        entry.views[stream] = view
     return view
 
 
@@ -226,7 +229,8 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
                           device=x.device, memory_format=memory_format)
         x_view, out_view = runtime_views(x, out, channels_last)
         token = weight_token(weight)
-        runtime.conv2d(_cupy_view(cupy, x_view, dev), _weight_view(cupy, weight, token, dev),
+        w_view = _weight_view(cupy, weight, token, dev, torch_stream.cuda_stream)
+        runtime.conv2d(_cupy_view(cupy, x_view, dev), w_view,
                        stride=stride, padding=padding, algo=name, layout=layout,
                        gemm_math=gemm_math, out=_cupy_view(cupy, out_view, dev), weight_token=token)
         return out
