@@ -41,6 +41,10 @@ def test_import_megawino_does_not_import_torch():
             "import megawino.executor, megawino.runtime; print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import megawino.torch\nexcept ImportError as err:\n    print(err)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'megawino[torch]'" in result.stdout
 
 
 # ---------------------------------------------------------------------------

@@ -12,6 +12,11 @@ per process).  ``import megawino`` does not import this module (nor torch).
 """
 from __future__ import annotations
 
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as err:  # pragma: no cover - depends on the machine
+    raise ImportError("megawino.torch needs PyTorch: pip install 'megawino[torch]'") from err
+
 from .functional import ALGO_NOTES, ALGOS, BACKENDS, conv2d, weights_changed
 from .modules import ConvertReport, LayerRow, MegawinoConv2d, convert, report, unsupported_reason
 
