@@ -7,8 +7,8 @@
   megawino.algo_choice) and runs a cached plan, asynchronously on CuPy's current stream.
   NumPy inputs run the CPU reference path (megawino.executor.conv2d_cpu).
 * Plans are cached per (device, shape, algorithm, GEMM arithmetic) in a thread-safe LRU of
-  ``MEGAWINO_PLAN_CACHE`` entries (default 64); :func:`clear_cache` frees plans and prepared
-  weights.
+  ``MEGAWINO_PLAN_CACHE`` entries (default 512: DenseNet-161 alone has 86 conv shapes);
+  :func:`clear_cache` frees plans and prepared weights.
 
 Nothing here touches CUDA at import time; CuPy is imported on first use.
 """
@@ -119,7 +119,7 @@ class _PlanCache:
 
 
 def _plan_cache_limit() -> int:
-    raw = os.environ.get(ENV_PLAN_CACHE, "64")
+    raw = os.environ.get(ENV_PLAN_CACHE, "512")
     try:
         limit = int(raw)
     except ValueError:
