@@ -380,3 +380,8 @@ def test_direct_tuner_never_overwrites_a_file_that_is_not_a_table(content, tmp_p
         tune_layers([LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)], top=2, out=path,
                     measure=lambda s, c: calls.append(c) or 1.0, progress=False)
     assert path.read_text() == content and not calls       # refused before anything was measured
+
+
+def test_tune_refuses_a_directory_as_its_table(fake_tuner, tmp_path):
+    with pytest.raises(ValueError, match=rf"{tmp_path} is not a file"):
+        fake_tuner.tune([LayerSpec(2, 16, 16, 12, 12)], out_path=tmp_path, budget_s=60)
