@@ -77,6 +77,7 @@ constexpr int STATUS_TASK = 2;
 constexpr int STATUS_COUNTER = 3;
 constexpr int STATUS_VALUE = 4;
 constexpr int STATUS_NEED = 5;
+constexpr int STATUS_FIRED = 6;
 constexpr int STATE_WORDS = 160;
 
 // Winograd F(m x m, 3 x 3) 1-D transforms from megawino.winograd.transform(m)

@@ -8,8 +8,9 @@
 //          waiting and before fetching, and leaves
 //   BREAK  debug: a counter index whose need is raised by one for the next
 //          launch only (-1: none), so its waiters time out
-//   STATUS first watchdog report: flag, ticket, task, counter, value, need
-//          (sticky until the host reads and clears it)
+//   STATUS first watchdog report of the launch in flight: flag, ticket, task, counter,
+//          value, need; FIRED counts the launches that fired (the last block to leave
+//          adds FLAG to it and clears FLAG, so each launch reports on its own)
 //
 // No host reset between launches: counters count up from zero within a launch
 // (a task is ready when its counter >= need), and the last block to leave
@@ -149,6 +150,7 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last) {
   for (long long i = threadIdx.x; i < p.num_counters; i += blockDim.x)
     counters[i * COUNTER_STRIDE] = 0u;
   if (threadIdx.x == 0) {
+    atomicAdd(state + STATE_STATUS + STATUS_FIRED, atomicExch(state + STATE_STATUS + STATUS_FLAG, 0));
     state[STATE_HEAD] = 0;
     state[STATE_ABORT] = 0;
     state[STATE_BREAK] = -1;

@@ -7,9 +7,9 @@ from __future__ import annotations
 from .spec import LayerSpec, parse_shape
 
 __version__ = "0.1.0"
-__all__ = ["LayerSpec", "parse_shape", "conv2d", "plan", "gpu_available", "__version__"]
+__all__ = ["LayerSpec", "parse_shape", "conv2d", "plan", "gpu_available", "synchronize", "clear_cache", "__version__"]
 
-_RUNTIME_NAMES = {"conv2d", "plan", "Plan", "gpu_available"}
+_RUNTIME_NAMES = {"conv2d", "plan", "Plan", "gpu_available", "synchronize", "clear_cache"}
 
 
 def __getattr__(name):

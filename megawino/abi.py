@@ -36,7 +36,10 @@ PARAM_FIELDS = (
 
 # Scheduler state: one word per 128-byte line, in this order.
 STATE_LINES = ("HEAD", "EXIT", "ABORT", "BREAK", "STATUS")
-STATUS_FIELDS = ("FLAG", "TICKET", "TASK", "COUNTER", "VALUE", "NEED")
+# FLAG and the details describe the first timeout of the launch in flight; the last block to
+# leave adds FLAG to FIRED (launches that fired, never reset) and clears FLAG, so a copy of this
+# line taken after each launch tells the host which launch fired and why.
+STATUS_FIELDS = ("FLAG", "TICKET", "TASK", "COUNTER", "VALUE", "NEED", "FIRED")
 
 
 def state_offset(name: str) -> int:

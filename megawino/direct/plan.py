@@ -1,0 +1,111 @@
+"""The direct path behind the same call as a Winograd plan (megawino.winograd_plan.Plan): compiled kernel,
+gather table and tile configuration made once per shape; the packed filter matrix kept per
+weight token (megawino.weights) or packed into the stream's own buffer on every call."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import weights, workspace
+from ..nvrtc import cupy_module
+from ..winograd_plan import check_array, check_out, kernel_ready, require_gpu
+from ..spec import LayerSpec
+from ..tasks import round_up
+from . import config as config_mod
+from .kernel import _device_table, check_spec, compile_kernel, launch
+from .model import heuristic_config
+
+
+def pack_into(dst, w, layout: str) -> None:
+    """Write [K][C][R][S] ``w`` into the packed matrix ``dst`` ([>= CRS][>= K], zero padding
+    left as it is) in the kernel's reduction order, without allocating (CUDA-graph safe)."""
+    K, C, R, S = w.shape
+    rows = dst[:C * R * S, :K]
+    dims = (C, R, S, K) if layout == "NCHW" else (R, S, C, K)
+    view = rows.reshape(dims)
+    row_bytes = rows.strides[0]
+    expected = tuple(row_bytes * int(np.prod(dims[i + 1:3])) for i in range(3)) + (rows.strides[1],)
+    if tuple(view.strides) != expected or view.data.ptr != rows.data.ptr:
+        raise RuntimeError("the packed filter view is not a view of the packed matrix")
+    view[...] = w.transpose(1, 2, 3, 0) if layout == "NCHW" else w.transpose(2, 3, 1, 0)
+
+
+class DirectPlan:
+    """The direct-convolution path (cuda/direct.cu): filters up to 15x15, any stride and padding;
+    its tile configuration comes from ``mapping/direct_<gpu>.json`` or the model's heuristic."""
+
+    algo = "direct"
+
+    def __init__(self, spec: LayerSpec, config=None):
+        if not isinstance(spec, LayerSpec):
+            raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
+        check_spec(spec)
+        if config is not None and not isinstance(config, config_mod.DirectConfig):
+            raise ValueError(f"config must be a DirectConfig, got {type(config).__name__}")
+        from ..tuning import current_gpu_key
+        cupy = require_gpu()
+        self.spec = spec
+        self.device = cupy.cuda.Device().id
+        self.config = config if config is not None else heuristic_config(spec, gpu=current_gpu_key())
+        self._nhwc = spec.layout == "NHWC"
+        flush = config_mod.flush_terms(spec)
+        if not config_mod.resource_ok(self.config, self._nhwc, flush=flush):
+            raise ValueError(f"config {self.config.key} does not pass the resource filter for "
+                             f"{spec.layout}{' with flush' if flush else ''}")
+        self._kernel = compile_kernel(self.config, self._nhwc, flush)
+        self._table = _device_table(spec)
+        crs = spec.C * spec.R * spec.S
+        self.packed_shape = (round_up(crs, config_mod.PACK_ROWS), round_up(spec.K, config_mod.PACK_COLS))
+        self._packed = {}                       # stream -> packed matrix for calls without a token
+        self._lock = threading.Lock()
+        cupy.cuda.get_current_stream().synchronize()
+
+    def _stream_packed(self, stream: int):
+        with self._lock:
+            buf = self._packed.get(stream)
+            if buf is None:
+                buf = self._packed[stream] = workspace.alloc(self.packed_shape, np.float32)
+                cupy_module().cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, stream)
+        return buf
+
+    def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
+        cupy = cupy_module()
+        spec = self.spec
+        if cupy.cuda.Device().id != self.device:
+            raise ValueError(f"this plan was made on device {self.device}, the current device is "
+                             f"{cupy.cuda.Device().id}")
+        check_array(cupy, "x", x, spec.input_shape, self.device)
+        check_array(cupy, "w", w, spec.weight_shape, self.device)
+        if out is None:
+            out = workspace.alloc(spec.output_shape, np.float32)
+        else:
+            check_out(cupy, out, spec.output_shape, self.device, (("x", x), ("w", w)))
+        x = kernel_ready(cupy, x)
+        stream = workspace.current_stream_ptr()
+        capturing = workspace.is_capturing()
+        if weight_token is None:
+            packed = self._stream_packed(stream)
+            pack_into(packed, w, spec.layout)
+        else:
+            entry = weights.CACHE.get(("direct", self.device, weight_token, spec.layout, self.packed_shape),
+                                      self.packed_shape, zero=True)
+            packed = entry.array
+            if entry.ready and not capturing:
+                entry.wait_on(stream)
+            else:
+                pack_into(packed, w, spec.layout)
+                if not capturing:
+                    entry.mark_ready(stream)
+        launch(self._kernel, self.config, spec, x, packed, self._table, out)
+        return out
+
+    def check(self) -> None:
+        """Kernel errors surface at synchronisation (there is no watchdog to read)."""
+        if workspace.is_capturing():
+            raise ValueError("check() synchronizes: it cannot run while the stream is captured")
+        cupy_module().cuda.Device(self.device).synchronize()
+
+    def __repr__(self) -> str:
+        return (f"DirectPlan({self.spec.describe()}, {self.spec.layout}, config={self.config.key}, "
+                f"device={self.device})")

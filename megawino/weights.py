@@ -1,0 +1,106 @@
+"""Prepared weights: the transformed filter U of the Winograd path and the packed filter matrix
+of the direct path, kept per *weight token* so inference reuses them while the weights stay the
+same.
+
+A weight token is any hashable value the caller derives from the weight's identity and version
+(``megawino.torch`` uses the storage address, PyTorch's version counter, shape and device), so a
+changed weight arrives under a new token and is prepared again; the old entry ages out of the
+least-recently-used cache, bounded in bytes (``MEGAWINO_WEIGHT_CACHE_MB``, default 4096).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+
+import numpy as np
+
+from . import workspace
+
+ENV_LIMIT = "MEGAWINO_WEIGHT_CACHE_MB"
+DEFAULT_LIMIT_MB = 4096
+
+
+def limit_bytes() -> int:
+    raw = os.environ.get(ENV_LIMIT, str(DEFAULT_LIMIT_MB))
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_LIMIT} must be a whole number of MiB, got {raw!r}") from None
+    if mb < 0:
+        raise ValueError(f"{ENV_LIMIT} must be >= 0, got {mb}")
+    return mb << 20
+
+
+@dataclasses.dataclass
+class Entry:
+    """One prepared weight.  ``ready``: some launch has written it; ``stream`` / ``event``: where
+    and after what that happened (another stream waits on the event before reading)."""
+
+    array: object
+    ready: bool = False
+    stream: int = 0
+    event: object = None
+
+    def mark_ready(self, stream_ptr: int) -> None:
+        """Called on the current stream (``stream_ptr``) right after the preparing launch."""
+        from .nvrtc import cupy_module
+        cupy = cupy_module()
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(cupy.cuda.get_current_stream())
+        self.stream, self.event, self.ready = stream_ptr, event, True
+
+    def wait_on(self, stream_ptr: int) -> None:
+        """Order the current stream (``stream_ptr``) after the launch that prepared this entry."""
+        if stream_ptr != self.stream and self.event is not None:
+            from .nvrtc import cupy_module
+            cupy_module().cuda.get_current_stream().wait_event(self.event)
+
+
+class WeightCache:
+    """Thread-safe LRU of prepared weights, bounded in bytes."""
+
+    def __init__(self):
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key, shape, dtype=np.float32, zero: bool = False) -> Entry:
+        """The entry for ``key``, made (uninitialised, or zero-filled) when missing."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return entry
+        array = workspace.alloc(shape, dtype)
+        if zero:
+            from .nvrtc import cupy_module
+            cupy_module().cuda.runtime.memsetAsync(array.data.ptr, 0, array.nbytes,
+                                                   workspace.current_stream_ptr())
+        entry = Entry(array)
+        with self._lock:
+            if key in self._entries:          # another thread made it meanwhile
+                return self._entries[key]
+            self._entries[key] = entry
+            self._bytes += array.nbytes
+            limit = limit_bytes()
+            while self._bytes > limit and len(self._entries) > 1:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= old.array.nbytes
+        return entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+CACHE = WeightCache()

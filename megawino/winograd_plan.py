@@ -1,0 +1,427 @@
+"""Plans: one layer shape on the GPU, ready to launch many times.
+
+* :class:`Plan` runs a Winograd layer as the persistent megakernel or as the four non-fused
+  kernels; :class:`DirectPlan` runs the direct path.
+* Calls are asynchronous on CuPy's current stream.  Each stream gets its own workspace (the
+  buffers V and M, the scheduler's counters and state, the parameter blocks), so calls on two
+  streams or from two threads never share scratch memory.
+* With a ``weight_token`` the prepared weights (U, or the direct path's packed filters) are
+  reused while the token stays the same; the megakernel then runs the graph without its filter
+  tasks.  While a stream is captured into a CUDA graph the weights are prepared inside the
+  captured work, so replays follow later changes of the weight memory.
+* A megakernel launch whose watchdog fired is reported by the next call of the plan (launches
+  whose status has arrived) or by :meth:`Plan.check` / ``megawino.synchronize()``.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+import numpy as np
+
+from . import abi, tuning, weights, workspace
+from . import mapping as mapping_mod
+from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
+                    cupy_module, module)
+from .spec import LayerSpec
+from .tasks import COUNTER_STRIDE, TaskGraph, TaskParams, TaskType, build_graph
+from .workspace import WatchdogError
+
+ENV_WATCHDOG = "MEGAWINO_WATCHDOG_S"
+DEFAULT_WATCHDOG_S = 2.0
+
+_LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def default_timeout_s() -> float:
+    """The watchdog limit of one wait: ``$MEGAWINO_WATCHDOG_S`` (widen it under
+    compute-sanitizer, a debugger or time-slicing), else 2 s."""
+    raw = os.environ.get(ENV_WATCHDOG)
+    if raw is None:
+        return DEFAULT_WATCHDOG_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_WATCHDOG} must be a number of seconds, got {raw!r}") from None
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"{ENV_WATCHDOG} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def require_gpu():
+    """CuPy with a usable device, or one line saying what is missing."""
+    cupy = cupy_module()
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:
+        raise RuntimeError(f"megawino's GPU runtime found no usable CUDA device ({err}); "
+                           "megawino.conv2d_cpu runs the reference path on the CPU") from None
+    if count < 1:
+        raise RuntimeError("megawino's GPU runtime found no CUDA device; "
+                           "megawino.conv2d_cpu runs the reference path on the CPU")
+    return cupy
+
+
+def resolve_order(graph, mapping) -> np.ndarray:
+    """None -> interleaved (default MappingParams); MappingParams -> interleaved with
+    them; "sequential" / "interleaved"; or an explicit ticket order (validated)."""
+    if mapping is None or (isinstance(mapping, str) and mapping == "interleaved"):
+        return mapping_mod.build_interleaved(graph, mapping_mod.MappingParams()).order
+    if isinstance(mapping, mapping_mod.MappingParams):
+        return mapping_mod.build_interleaved(graph, mapping).order
+    if isinstance(mapping, str):
+        if mapping == "sequential":
+            return mapping_mod.sequential_mapping(graph)
+        raise ValueError(f"mapping must be None, 'interleaved', 'sequential', MappingParams "
+                         f"or a ticket order, got {mapping!r}")
+    if isinstance(mapping, mapping_mod.Mapping):
+        mapping = mapping.order
+    order = np.asarray(mapping.get() if hasattr(mapping, "get") else mapping)
+    if order.dtype.kind not in "iu":
+        raise mapping_mod.MappingError(f"a mapping holds integer task ids, got dtype {order.dtype}")
+    mapping_mod.validate_mapping(graph, order)
+    return order.astype(np.int32)
+
+
+def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph, np.ndarray]:
+    """The graph and ticket order once U is ready: the filter tasks (the first ids) are gone,
+    the GEMMs no longer wait for them, and the remaining tickets keep their relative order."""
+    n_f = graph.layout.num_filter_tasks
+    records = graph.records[n_f:].copy()
+    wait_a, need_a = 3, 4
+    gemm = records[:, 0] == int(TaskType.GEMM)
+    records[gemm, wait_a] = -1
+    records[gemm, need_a] = 0
+    order = np.asarray(order)
+    kept = order[order >= n_f] - n_f
+    return TaskGraph(graph.layout, np.ascontiguousarray(records, dtype=np.int32)), kept.astype(np.int32)
+
+
+def check_array(cupy, name: str, arr, shape, device: int) -> None:
+    """ValueError unless ``arr`` is a float32 CuPy array of ``shape`` on ``device``."""
+    if not isinstance(arr, cupy.ndarray):
+        raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
+    if arr.dtype != np.float32:
+        raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
+    if arr.device.id != device:
+        raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
+
+
+def kernel_ready(cupy, arr):
+    """``arr`` as the kernels read it: C-contiguous and 16-byte aligned (copied when not)."""
+    if arr.flags.c_contiguous and arr.data.ptr % 16 == 0:
+        return arr
+    out = workspace.alloc(arr.shape, arr.dtype)
+    out[...] = arr
+    return out
+
+
+def check_out(cupy, out, shape, device: int, inputs) -> None:
+    check_array(cupy, "out", out, shape, device)
+    if not out.flags.c_contiguous or out.data.ptr % 16:
+        raise ValueError("out must be C-contiguous and 16-byte aligned (the kernels write 16-byte vectors)")
+    lo, hi = out.data.ptr, out.data.ptr + out.nbytes
+    for name, arr in inputs:
+        if arr.data.ptr < hi and lo < arr.data.ptr + arr.nbytes:
+            raise ValueError(f"out overlaps {name}: the output must not alias an input")
+
+
+class _Variant:
+    """The task records and ticket order of one form of the graph, on the device."""
+
+    def __init__(self, graph: TaskGraph, order: np.ndarray):
+        cupy = cupy_module()
+        self.graph = graph
+        self.num_tasks = graph.num_tasks
+        self.records = cupy.asarray(np.ascontiguousarray(graph.records, dtype=np.int32))
+        self.mapping = cupy.asarray(np.ascontiguousarray(order, dtype=np.int32))
+        self.ticket_records = cupy.asarray(np.ascontiguousarray(graph.records[order], dtype=np.int32))
+
+    def describe(self, task: int) -> str:
+        return self.graph.describe_task(task) if 0 <= task < self.num_tasks else f"task {task}"
+
+
+class _Workspace:
+    """Scratch of one plan on one stream: V, M, an own U, counters, state, parameter blocks."""
+
+    def __init__(self, plan: "Plan", capturing: bool):
+        lay = plan.layout
+        self.pinned = plan.pinned
+        self.created_in_capture = capturing
+        self.U = workspace.alloc(lay.u_shape, np.float32)
+        self.V = workspace.alloc(lay.v_shape, np.float32)
+        self.M = workspace.alloc(lay.m_shape, np.float32)
+        self.counters = workspace.alloc((lay.num_counters * COUNTER_STRIDE,), np.uint32)
+        self.state = workspace.alloc((abi.STATE_WORDS,), np.int32)
+        self.trace = workspace.alloc((plan.graph.num_tasks, 4), np.int64) if plan.traced else None
+        self._params = {}
+        self.initialize()
+
+    def initialize(self) -> None:
+        """Counters and state to their launch-ready values, on the current stream."""
+        workspace.memset(self.counters, 0)
+        workspace.memset(self.state, 0)
+        workspace.memset(self.state, 0xFF, abi.state_offset("BREAK"), 1)     # BREAK = -1: none
+        if self.trace is not None:
+            workspace.memset(self.trace, 0)
+        for values, device in self._params.values():
+            self.pinned.upload(device, values)
+
+    def params(self, plan: "Plan", variant: _Variant, U):
+        key = (id(variant), U.data.ptr)
+        found = self._params.get(key)
+        if found is None:
+            values = plan.param_values(self, variant, U)
+            device = workspace.alloc(values.shape, values.dtype)
+            self.pinned.upload(device, values)
+            found = self._params[key] = (values, device)
+        return found[1]
+
+
+class Plan:
+    """One Winograd layer shape on the GPU.  ``plan(x, w)`` runs it (asynchronously)."""
+
+    def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
+                 algo: str = "megakernel", timeout_s: float | None = None, trace: bool = False,
+                 gemm_math: str = DEFAULT_GEMM_MATH):
+        if not isinstance(spec, LayerSpec):
+            raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
+        spec.require_winograd()
+        if algo not in KERNEL_KINDS:
+            raise ValueError(f"algo must be one of {KERNEL_KINDS}, got {algo!r}")
+        if timeout_s is None:
+            timeout_s = default_timeout_s()
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not (timeout_s > 0 and np.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
+        if not isinstance(trace, bool):
+            raise ValueError(f"trace must be True or False, got {trace!r}")
+        if trace and algo != "megakernel":
+            raise ValueError("trace=True needs algo='megakernel'")
+        if params is not None and not isinstance(params, TaskParams):
+            raise ValueError(f"params must be a TaskParams, got {type(params).__name__}")
+        self.gemm_math = check_gemm_math(gemm_math)
+        cupy = require_gpu()
+        if workspace.is_capturing():
+            raise ValueError("a plan cannot be made while the stream is captured into a CUDA graph: "
+                             "call the layer once before capturing")
+        self.spec, self.algo, self.traced = spec, algo, trace
+        self.timeout_s = float(timeout_s)
+        self.device = cupy.cuda.Device().id
+        m = params.m if params is not None else 4
+        mod = module(algo, m, spec.layout, trace, self.gemm_math)
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        if algo == "megakernel":
+            self._mega = mod.get_function("mw_megakernel")
+            self.blocks_per_sm = blocks_per_sm(self._mega)
+        else:
+            self._kernels = {t: mod.get_function(f"mw_{t.name.lower()}_kernel") for t in TaskType}
+            self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
+        self.workers = sms * max(1, self.blocks_per_sm)
+        # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
+        self.choice = "given"
+        if params is None or mapping is None:
+            chosen_params, chosen_mapping, self.choice = tuning.choose(
+                spec, tuning.current_gpu_key(), m, self.workers)
+            params = chosen_params if params is None else params
+            mapping = chosen_mapping if mapping is None else mapping
+        self.params = params
+        self.graph = build_graph(spec, self.params)
+        self.layout = self.graph.layout
+        # Validate the mapping on the host before anything is allocated or launched.
+        self.order = resolve_order(self.graph, mapping)
+        self._full = _Variant(self.graph, self.order)
+        self._prepared = _Variant(*without_filter_tasks(self.graph, self.order))
+        cupy.cuda.get_current_stream().synchronize()   # other streams read these arrays too
+        params_bytes = len(abi.PARAM_FIELDS) * 8
+        self.pinned = workspace.PinnedArena(64 * params_bytes)
+        self._status = workspace.StatusRing() if algo == "megakernel" else None
+        self._workspaces: dict[int, _Workspace] = {}
+        self._lock = threading.RLock()
+        # Task ids of one type are contiguous: (first id, count) per type.
+        self._type_range = {}
+        for t in TaskType:
+            ids = np.flatnonzero(self.graph.types == int(t))
+            self._type_range[t] = (int(ids[0]) if ids.size else 0, int(ids.size))
+            if ids.size and not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
+                raise RuntimeError(f"task ids of type {t.name} are not contiguous")
+        _LIVE_PLANS.add(self)
+
+    # ---- buffers -------------------------------------------------------
+    def workspace(self) -> _Workspace:
+        """The current stream's workspace (made on first use)."""
+        stream = workspace.current_stream_ptr()
+        capturing = workspace.is_capturing()
+        with self._lock:
+            ws = self._workspaces.get(stream)
+            if ws is None:
+                ws = self._workspaces[stream] = _Workspace(self, capturing)
+            elif ws.created_in_capture and not capturing:
+                ws.initialize()               # its first initialisation only runs in replays
+                ws.created_in_capture = False
+        return ws
+
+    @property
+    def U(self):
+        return self.workspace().U
+
+    @property
+    def V(self):
+        return self.workspace().V
+
+    @property
+    def M(self):
+        return self.workspace().M
+
+    def param_values(self, ws: _Workspace, variant: _Variant, U) -> np.ndarray:
+        spec, lay, par = self.spec, self.layout, self.params
+        values = {
+            "U": U.data.ptr, "V": ws.V.data.ptr, "Mbuf": ws.M.data.ptr,
+            "records": variant.records.data.ptr, "mapping": variant.mapping.data.ptr,
+            "ticket_records": variant.ticket_records.data.ptr,
+            "counters": ws.counters.data.ptr, "state": ws.state.data.ptr,
+            "trace": ws.trace.data.ptr if ws.trace is not None else 0,
+            "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "pad": spec.padding,
+            "out_h": spec.out_h, "out_w": spec.out_w,
+            "tiles_h": lay.tiles_h, "tiles_w": lay.tiles_w, "tiles": lay.tiles,
+            "tiles_per_group": par.tiles_per_group, "tiles_padded": lay.tiles_padded,
+            "c_stride": lay.c_stride, "k_stride": lay.k_stride,
+            "input_channels_per_task": par.input_channels_per_task,
+            "gemm_k_per_task": par.gemm_k_per_task, "k_blocks": lay.k_blocks,
+            "output_k_per_task": par.output_k_per_task,
+            "filter_pairs_per_task": par.filter_pairs_per_task,
+            "input_tiles_per_task": par.input_tiles_per_task,
+            "output_tiles_per_task": par.output_tiles_per_task,
+            "num_tasks": variant.num_tasks, "num_counters": lay.num_counters,
+            "timeout_ns": int(round(self.timeout_s * 1e9)),
+        }
+        return np.array([int(values[name]) for name, _ in abi.PARAM_FIELDS], dtype=np.int64)
+
+    # ---- running -------------------------------------------------------
+    def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
+        """Launch the layer on the current stream and return ``out`` (allocated when None)
+        without waiting.  ``check``: first raise for an earlier launch of this plan whose
+        watchdog fired (its status already arrived); ``weight_token``: see megawino.weights."""
+        cupy = cupy_module()
+        spec = self.spec
+        if cupy.cuda.Device().id != self.device:
+            raise ValueError(f"this plan was made on device {self.device}, the current device is "
+                             f"{cupy.cuda.Device().id}")
+        check_array(cupy, "x", x, spec.input_shape, self.device)
+        check_array(cupy, "w", w, spec.weight_shape, self.device)
+        if out is None:
+            out = workspace.alloc(spec.output_shape, np.float32)
+        else:
+            check_out(cupy, out, spec.output_shape, self.device, (("x", x), ("w", w)))
+        x, w = kernel_ready(cupy, x), kernel_ready(cupy, w)
+        with self._lock:
+            if check:
+                self._raise_reports(done_only=True)
+            ws = self.workspace()
+            stream = workspace.current_stream_ptr()
+            capturing = workspace.is_capturing()
+            entry = None
+            if weight_token is None:
+                U, prepared = ws.U, False
+            else:
+                entry = weights.CACHE.get(("winograd", self.device, weight_token, self.layout.u_shape),
+                                          self.layout.u_shape)
+                U, prepared = entry.array, entry.ready and not capturing
+                if prepared:
+                    entry.wait_on(stream)
+            # The non-fused kernels index records by task id: they keep the full graph and only
+            # skip the filter stage.
+            variant = self._prepared if prepared and self.algo == "megakernel" else self._full
+            pbuf = ws.params(self, variant, U)
+            if self.algo == "megakernel":
+                grid = max(1, min(variant.num_tasks, self.workers))
+                self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out))
+                self._status.record(ws.state, id(ws), stream, capturing, variant.describe)
+            else:
+                if not prepared:
+                    self._launch(pbuf, TaskType.FILTER, w)
+                self._launch(pbuf, TaskType.INPUT, x)
+                self._launch(pbuf, TaskType.GEMM)
+                self._launch(pbuf, TaskType.OUTPUT, out)
+            if entry is not None and not entry.ready and not capturing:
+                entry.mark_ready(stream)
+        return out
+
+    def _launch(self, pbuf, task_type: TaskType, array=None) -> None:
+        first, count = self._type_range[task_type]
+        if count:
+            args = (pbuf,) + (() if task_type == TaskType.GEMM else (array,)) + (np.int32(first),)
+            self._kernels[task_type]((count,), (BLOCK_THREADS,), args)
+
+    def launch_stage(self, task_type: TaskType, array=None) -> None:
+        """Non-fused path: launch one stage's kernel (one block per task) on the current
+        stream's workspace.  FILTER takes w, INPUT x, OUTPUT y, GEMM nothing."""
+        if self.algo != "nonfused":
+            raise RuntimeError("launch_stage needs algo='nonfused'")
+        ws = self.workspace()
+        self._launch(ws.params(self, self._full, ws.U), TaskType(task_type), array)
+
+    def _raise_reports(self, done_only: bool) -> None:
+        if self.algo != "megakernel":
+            return
+        reports = self._status.collect(done_only)
+        if reports:
+            raise WatchdogError(f"megakernel watchdog ({self.spec.describe()}, limit {self.timeout_s} s "
+                                "per wait): " + "; ".join(reports))
+
+    def check(self) -> None:
+        """Wait for the device, then raise RuntimeError for every launch of this plan whose
+        watchdog fired since the last check."""
+        if workspace.is_capturing():
+            raise ValueError("check() synchronizes: it cannot run while the stream is captured")
+        cupy_module().cuda.Device(self.device).synchronize()
+        with self._lock:
+            self._raise_reports(done_only=False)
+
+    def reset(self) -> None:
+        """Put counters, ticket head and status of every workspace back to their initial values."""
+        cupy = cupy_module()
+        cupy.cuda.Device(self.device).synchronize()
+        with self._lock:
+            for ws in self._workspaces.values():
+                ws.initialize()
+        cupy.cuda.Device(self.device).synchronize()
+
+    def trace(self) -> np.ndarray:
+        """int64 [tickets][4]: SM id, fetch time, start time after the wait, end time (ns,
+        %globaltimer) of the current stream's last launch."""
+        if not self.traced:
+            raise RuntimeError("this plan was made without trace=True")
+        return self.workspace().trace.get()
+
+    def _debug_break_counter(self, counter_index: int) -> None:
+        """Make one counter unreachable (need + 1) for the current stream's next launch only:
+        its waiters time out and the watchdog fires."""
+        if isinstance(counter_index, bool) or not isinstance(counter_index, (int, np.integer)) \
+                or not 0 <= int(counter_index) < self.layout.num_counters:
+            raise ValueError(f"counter index {counter_index!r} outside 0..{self.layout.num_counters - 1}")
+        self.workspace().state[abi.state_offset("BREAK")] = int(counter_index)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
+                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}, device={self.device})")
+
+
+def synchronize() -> None:
+    """Wait for the current device, then raise RuntimeError for every megakernel launch whose
+    watchdog fired since it was last checked (any plan, any stream)."""
+    cupy = cupy_module()
+    if workspace.is_capturing():
+        raise ValueError("synchronize() cannot run while the stream is captured into a CUDA graph")
+    cupy.cuda.Device().synchronize()
+    reports = []
+    for plan in list(_LIVE_PLANS):
+        try:
+            plan._raise_reports(done_only=False)
+        except WatchdogError as err:
+            reports.append(str(err))
+    if reports:
+        raise WatchdogError("\n".join(reports))

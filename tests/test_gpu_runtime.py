@@ -1,0 +1,176 @@
+"""GPU tests of the asynchronous runtime: per-stream workspaces under streams and threads, the
+watchdog under check=False, prepared weights under weight tokens, plan-cache bounds and the
+argument checks that must refuse before anything launches.  Marked ``gpu``."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from megawino.spec import LayerSpec
+from megawino.winograd import direct_conv_nchw, rel_l2
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [LayerSpec(2, 32, 48, 17, 15), LayerSpec(1, 24, 40, 21, 21), LayerSpec(3, 16, 8, 9, 30)]
+ALGOS = ("megakernel", "nonfused", "direct")
+
+
+def _cp():
+    import cupy
+    return cupy
+
+
+def _case(spec, seed):
+    cp = _cp()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(spec.input_shape).astype(np.float32) + 0.25
+    w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    return x, w, cp.asarray(x), cp.asarray(w)
+
+
+def test_streams_and_threads_give_the_single_stream_outputs():
+    """Two streams and four threads hammer the same shapes with check=False for 10 s; every
+    output is compared bitwise with the single-stream output of the same call."""
+    import megawino
+    cp = _cp()
+    cases = []
+    for i, spec in enumerate(SHAPES):
+        x, w, xd, wd = _case(spec, 100 + i)
+        for algo in ALGOS:
+            ref = megawino.conv2d(xd, wd, padding=1, algo=algo)
+            megawino.synchronize()
+            assert rel_l2(ref.get(), direct_conv_nchw(x, w, 1, 1)) < 3e-6
+            cases.append((spec, algo, xd, wd, ref))
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    failures, counts, slowest = [], [0] * 4, [0.0] * 4
+    barrier = threading.Barrier(4)
+
+    def one_round(index, rng, outs, stream, pick):
+        for j in pick:
+            spec, algo, xd, wd, _ = cases[j]
+            outs[j].fill(np.nan)
+            token = ("hammer", j) if rng.integers(2) else None
+            megawino.conv2d(xd, wd, padding=1, algo=algo, out=outs[j], check=False, weight_token=token)
+        stream.synchronize()
+        for j in pick:
+            if not bool(cp.array_equal(outs[j], cases[j][4])):
+                failures.append(f"thread {index}: {cases[j][0].describe()} {cases[j][1]} differs")
+
+    def hammer(index):
+        rng = np.random.default_rng(index)
+        stream = streams[index % 2]
+        with stream:
+            outs = [cp.full(c[0].output_shape, np.nan, dtype=cp.float32) for c in cases]
+            one_round(index, rng, outs, stream, range(len(cases)))     # warm-up: kernels compiled
+            barrier.wait()
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and not failures:
+                t0 = time.monotonic()
+                pick = rng.integers(len(cases), size=4)
+                one_round(index, rng, outs, stream, pick)
+                counts[index] += len(pick)
+                slowest[index] = max(slowest[index], time.monotonic() - t0)
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    megawino.synchronize()
+    assert not failures, failures[:3]
+    assert min(counts) > 20, (counts, slowest)     # every thread made many calls in the 10 s
+
+
+def test_watchdog_under_check_false_surfaces_at_the_next_synchronize_only():
+    import megawino
+    cp = _cp()
+    spec = LayerSpec(2, 32, 32, 16, 16)
+    x, w, xd, wd = _case(spec, 7)
+    p = megawino.plan(spec, timeout_s=0.5)
+    good = cp.full(spec.output_shape, np.nan, dtype=cp.float32)
+    p._debug_break_counter(p.layout.counter_inputs_done(0))
+    p(xd, wd, check=False)                     # fires
+    cp.cuda.Device().synchronize()             # its status has landed ...
+    p(xd, wd, out=good, check=False)           # ... yet check=False calls do not report it
+    with pytest.raises(RuntimeError, match=r"launch 1: ticket \d+"):
+        megawino.synchronize()
+    megawino.synchronize()                     # reported once, not again
+    p.check()
+    assert rel_l2(good.get(), direct_conv_nchw(x, w, 1, 1)) < 3e-6   # the later call was good
+    # With check=True (the default) the next call of the plan reports it, naming that launch.
+    p._debug_break_counter(p.layout.counter_inputs_done(0))
+    p(xd, wd, check=False)
+    cp.cuda.Device().synchronize()
+    with pytest.raises(RuntimeError, match=r"launch 3: ticket"):
+        p(xd, wd)
+    p.check()
+
+
+def test_weight_token_reuses_and_never_goes_stale():
+    import megawino
+    cp = _cp()
+    for algo in ALGOS:
+        spec = LayerSpec(2, 20, 28, 13, 13)
+        x, w, xd, wd = _case(spec, 21)
+        plain = megawino.conv2d(xd, wd, padding=1, algo=algo)
+        first = megawino.conv2d(xd, wd, padding=1, algo=algo, weight_token=("w", 0))
+        again = megawino.conv2d(xd, wd, padding=1, algo=algo, weight_token=("w", 0))
+        megawino.synchronize()
+        assert bool(cp.array_equal(first, plain)) and bool(cp.array_equal(again, plain)), algo
+        wd += 1.0                                          # the weights change in place ...
+        fresh = megawino.conv2d(xd, wd, padding=1, algo=algo, weight_token=("w", 1))   # ... new token
+        megawino.synchronize()
+        err = rel_l2(fresh.get(), direct_conv_nchw(x, w + 1.0, 1, 1))
+        assert err < 3e-6, (algo, err)
+
+
+def test_refusals_happen_before_any_plan_is_made():
+    import megawino
+    from megawino import runtime
+    cp = _cp()
+    runtime.clear_cache()
+    spec = LayerSpec(1, 8, 8, 10, 10)
+    _, _, xd, wd = _case(spec, 3)
+    for kwargs in ({"padding": 1.7}, {"stride": 2.5}, {"padding": "2"}, {"stride": True}):
+        with pytest.raises(ValueError):
+            megawino.conv2d(xd, wd, **kwargs)
+    with pytest.raises(ValueError, match="float32"):
+        megawino.conv2d(xd.astype(cp.float64), wd)
+    with pytest.raises(ValueError, match="alias"):
+        megawino.conv2d(xd, wd, padding=1, out=xd)
+    assert len(runtime.PLANS) == 0
+
+
+def test_misaligned_and_strided_inputs_are_copied():
+    import megawino
+    cp = _cp()
+    spec = LayerSpec(1, 8, 12, 11, 11)
+    x, w, xd, wd = _case(spec, 5)
+    flat = cp.empty(xd.size + 1, dtype=cp.float32)
+    flat[1:] = xd.ravel()
+    misaligned = flat[1:].reshape(xd.shape)
+    assert misaligned.data.ptr % 16
+    wide = cp.zeros((spec.N, spec.C, spec.H, spec.W * 2), dtype=cp.float32)
+    wide[..., ::2] = xd
+    ref = direct_conv_nchw(x, w, 1, 1)
+    for arr in (misaligned, wide[..., ::2]):
+        for algo in ALGOS:
+            y = megawino.conv2d(arr, wd, padding=1, algo=algo)
+            assert rel_l2(y.get(), ref) < 3e-6, algo
+
+
+def test_plan_cache_is_bounded(monkeypatch):
+    import megawino
+    from megawino import runtime
+    monkeypatch.setenv("MEGAWINO_PLAN_CACHE", "2")
+    runtime.clear_cache()
+    for h in (8, 9, 10, 11):
+        spec = LayerSpec(1, 8, 8, h, h)
+        _, _, xd, wd = _case(spec, h)
+        megawino.conv2d(xd, wd, padding=1, algo="megakernel")
+    assert len(runtime.PLANS) == 2
+    runtime.clear_cache()
+    assert len(runtime.PLANS) == 0

@@ -1,0 +1,129 @@
+"""CPU tests of the runtime's host side: exact argument checks (before anything compiles or
+launches), the CPU reference path behind conv2d for NumPy arrays, environment settings, the
+algorithm-choice cache file, and the watchdog status ring's bookkeeping."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import megawino
+from megawino import abi, algo_choice, runtime, weights
+from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.winograd_plan import default_timeout_s
+
+
+def _case(seed=0, n=1, c=3, k=4, h=7, w=6):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, c, h, w)).astype(np.float32) + 0.5,
+            rng.standard_normal((k, c, 3, 3)).astype(np.float32))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"padding": 1.7}, "padding must be an integer"),
+    ({"stride": 2.5}, "stride must be an integer"),
+    ({"padding": "2"}, "padding must be an integer"),
+    ({"padding": True}, "padding must be an integer"),
+    ({"stride": np.float32(1)}, "stride must be an integer"),
+    ({"stride": 0}, "stride must be >= 1"),
+    ({"padding": -1}, "padding must be >= 0"),
+    ({"algo": "fast"}, "algo must be one of"),
+    ({"layout": "nchw"}, "layout must be one of"),
+    ({"gemm_math": "tf32"}, "gemm_math"),
+    ({"check": 1}, "check must be True or False"),
+    ({"weight_token": ["not", "hashable"]}, "weight_token must be hashable"),
+])
+def test_conv2d_refuses_inexact_arguments(kwargs, match):
+    x, w = _case()
+    with pytest.raises(ValueError, match=match):
+        megawino.conv2d(x, w, **kwargs)
+
+
+def test_conv2d_on_numpy_runs_the_cpu_reference_path():
+    x, w = _case(1)
+    y = megawino.conv2d(x, w, padding=1)
+    assert isinstance(y, np.ndarray)
+    assert rel_l2(y, direct_conv_nchw(x, w, 1, 1)) < 1e-5
+    assert np.array_equal(y, megawino.conv2d(x, w, padding=1, algo="cpu"))
+
+
+def test_conv2d_on_numpy_refuses_what_the_cpu_path_cannot_run():
+    x, w = _case(2)
+    with pytest.raises(ValueError, match="conv2d_cpu"):
+        megawino.conv2d(x, w, stride=2, padding=1)
+    with pytest.raises(ValueError, match="algo must be 'auto' or 'cpu'"):
+        megawino.conv2d(x, w, padding=1, algo="megakernel")
+    with pytest.raises(ValueError, match="both"):
+        megawino.conv2d(x, type("GpuLike", (), {"ndim": 4, "shape": w.shape})(), padding=1)
+    with pytest.raises(ValueError, match="4-D"):
+        megawino.conv2d(x[0], w, padding=1)
+
+
+def test_watchdog_limit_from_the_environment(monkeypatch):
+    monkeypatch.delenv("MEGAWINO_WATCHDOG_S", raising=False)
+    assert default_timeout_s() == 2.0
+    monkeypatch.setenv("MEGAWINO_WATCHDOG_S", "60")
+    assert default_timeout_s() == 60.0
+    for bad in ("0", "-1", "inf", "nan", "two"):
+        monkeypatch.setenv("MEGAWINO_WATCHDOG_S", bad)
+        with pytest.raises(ValueError, match="MEGAWINO_WATCHDOG_S"):
+            default_timeout_s()
+
+
+def test_cache_limits_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MEGAWINO_WEIGHT_CACHE_MB", "12")
+    assert weights.limit_bytes() == 12 << 20
+    monkeypatch.setenv("MEGAWINO_WEIGHT_CACHE_MB", "1.5")
+    with pytest.raises(ValueError, match="MEGAWINO_WEIGHT_CACHE_MB"):
+        weights.limit_bytes()
+    monkeypatch.setenv("MEGAWINO_PLAN_CACHE", "0")
+    with pytest.raises(ValueError, match="MEGAWINO_PLAN_CACHE"):
+        runtime._plan_cache_limit()
+
+
+def test_plan_cache_is_an_lru_that_builds_each_key_once(monkeypatch):
+    monkeypatch.setenv("MEGAWINO_PLAN_CACHE", "2")
+    cache = runtime._PlanCache()
+    made = []
+
+    def make(key):
+        made.append(key)
+        return f"plan {key}"
+
+    for key in ("a", "b", "a", "c", "a", "b"):
+        assert cache.get(key, lambda k=key: make(k)) == f"plan {key}"
+    assert made == ["a", "b", "c", "b"]         # "b" was evicted by "c", "a" stayed in use
+    assert len(cache) == 2
+
+
+def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAWINO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(algo_choice, "gpu_name", lambda: "Test GPU")
+    algo_choice.forget()
+    timings = iter([5.0, 3.0, 4.0] * 20)
+    monkeypatch.setattr(algo_choice, "measure", lambda c: {n: next(timings) for n in c})
+    monkeypatch.setattr("megawino.workspace.is_capturing", lambda: False)
+    calls = {"a": 0, "b": 0, "c": 0}
+    candidates = {n: (lambda n=n: calls.__setitem__(n, calls[n] + 1)) for n in calls}
+    assert algo_choice.choose_fastest("shape-1", candidates) == "b"
+    saved = json.loads((tmp_path / algo_choice.FILE_NAME).read_text())
+    assert saved["format"] == algo_choice.FORMAT
+    assert saved["gpus"]["Test GPU"]["shape-1"]["choice"] == "b"
+    algo_choice.forget()                                  # a new process reads the file
+    monkeypatch.setattr(algo_choice, "measure", lambda c: pytest.fail("measured again"))
+    assert algo_choice.choose_fastest("shape-1", candidates) == "b"
+    (tmp_path / algo_choice.FILE_NAME).write_text("{not json")
+    algo_choice.forget()
+    monkeypatch.setattr(algo_choice, "measure", lambda c: {"a": 1.0, "b": 2.0, "c": 3.0})
+    assert algo_choice.choose_fastest("shape-1", candidates) == "a"   # a broken file is remeasured
+    with pytest.raises(ValueError):
+        algo_choice.choose_fastest("", candidates)
+    with pytest.raises(ValueError):
+        algo_choice.choose_fastest("k", {})
+
+
+def test_status_line_has_the_fired_count_the_ring_reads():
+    from megawino.workspace import StatusRing
+    assert abi.STATUS_FIELDS[StatusRing.FIRED] == "FIRED"
+    assert len(abi.STATUS_FIELDS) <= abi.STATE_WORDS - abi.state_offset("STATUS")
