@@ -5,9 +5,9 @@ first one reset) and checked against a float64 direct convolution.
 
 ``python bench/sanitize_driver.py [--list]``: one line per case, ``driver: ok ...`` or
 ``driver: FAILED ...``; exit 1 if any case fails.  CuPy's memory pool is turned off, so every
-buffer is its own allocation and memcheck sees exact bounds.  The megakernel's watchdog is
-widened to ``$MEGAWINO_WATCHDOG_S`` seconds (default 600): under the sanitizer a wait takes far
-longer than the usual limit.
+buffer is its own allocation and memcheck sees exact bounds.  The megakernel's watchdog limit
+is the runtime's ``$MEGAWINO_WATCHDOG_S``, set to 600 s here when unset: under the sanitizer a
+wait takes far longer than the usual limit.
 """
 import argparse
 import os
@@ -24,8 +24,9 @@ import numpy as np  # noqa: E402
 from megawino.spec import LayerSpec  # noqa: E402
 from megawino.tasks import TaskParams  # noqa: E402
 from megawino.winograd import direct_conv_nchw, rel_l2  # noqa: E402
+from megawino.winograd_plan import ENV_WATCHDOG  # noqa: E402
 
-WATCHDOG_ENV = "MEGAWINO_WATCHDOG_S"
+SANITIZER_WATCHDOG_S = "600"
 # Relative L2 error that says the run did its work (the tests hold tighter bounds; here the
 # point is memory and synchronisation errors).
 TOLERANCE = 1e-4
@@ -52,14 +53,14 @@ def describe(case) -> str:
     return f"{spec.describe()} {spec.layout} {algo} m={m} {gemm_math} {sizes}"
 
 
-def run_case(case, watchdog_s: float, rng) -> float:
+def run_case(case, rng) -> float:
     """Relative L2 error of the second of two launches against float64."""
     import cupy
     import megawino
     from megawino.task_sizes import default_params
     spec, algo, m, params, gemm_math = case
     params = params if params is not None else default_params(spec, m)
-    plan = megawino.plan(spec, params=params, algo=algo, timeout_s=watchdog_s, gemm_math=gemm_math)
+    plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math)
     x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
     x_layout = x if spec.layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
@@ -67,8 +68,7 @@ def run_case(case, watchdog_s: float, rng) -> float:
     for _ in range(2):
         out = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)
         plan(xd, wd, out=out, check=True)
-        plan.check()
-        cupy.cuda.Device().synchronize()
+        plan.check()                         # waits: the calls are asynchronous
     y = out.get()
     y = y if spec.layout == "NCHW" else y.transpose(0, 3, 1, 2)
     return rel_l2(y, direct_conv_nchw(x, w, 1, spec.padding))
@@ -84,12 +84,13 @@ def main(argv=None) -> int:
         return 0
     import cupy
     cupy.cuda.set_allocator(None)            # no pool: memcheck sees each buffer's bounds
-    watchdog_s = float(os.environ.get(WATCHDOG_ENV, "600"))
+    os.environ.setdefault(ENV_WATCHDOG, SANITIZER_WATCHDOG_S)
+    print(f"driver: watchdog {os.environ[ENV_WATCHDOG]} s per wait, {len(CASES)} cases", flush=True)
     rng = np.random.default_rng(0)
     failed = 0
     for i, case in enumerate(CASES):
         try:
-            err = run_case(case, watchdog_s, rng)
+            err = run_case(case, rng)
             ok = err < TOLERANCE             # False for NaN (an unwritten output)
             why = f"rel. L2 error {err:.2e}"
         except Exception as exc:             # a launch error or the watchdog

@@ -37,18 +37,17 @@ def _cp():
 
 
 def scheduler_words(plan) -> tuple[np.ndarray, np.ndarray]:
-    """(state words, counters) of ``plan``'s scheduler on the host.  The one place that knows
-    where a plan keeps them."""
-    return plan._state.get(), plan._counters.get()
+    """(state words, counters) of ``plan``'s scheduler for the current stream, on the host.
+    The one place that knows where a plan keeps them (its per-stream workspace)."""
+    ws = plan.workspace()
+    return ws.state.get(), ws.counters.get()
 
 
 def finish(plan) -> None:
-    """Wait for the plan's launches and raise if the watchdog fired."""
+    """Wait for the plan's launches (calls are asynchronous) and raise if a watchdog fired."""
     import megawino
     plan.check()
-    if hasattr(megawino, "synchronize"):
-        megawino.synchronize()
-    _cp().cuda.Device().synchronize()
+    megawino.synchronize()
 
 
 def assert_scheduler_at_rest(plan) -> None:
