@@ -50,6 +50,8 @@ ENTRY_FIELDS = {
     "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
 }
 SPEC_FIELDS = ("N", "C", "K", "H", "W")
+MAPPING_FIELDS = tuple(f.name for f in dataclasses.fields(MappingParams))
+PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
 
 
 def gpu_key(device_name: str) -> str:
@@ -86,42 +88,44 @@ def user_table_path(key: str) -> pathlib.Path:
     return user_files.user_table_path(f"{key}.json")
 
 
-def _is_type(value, kind) -> bool:
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind)
+# JSON names of the Python types the schemas use (float: any number).
+JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number", int: "integer",
+                   bool: "boolean"}
 
 
-def _check_keys(obj, fields, required, what: str) -> None:
+def json_value_ok(value, kind) -> bool:
+    """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
+    """ValueError (starting with ``what``) unless ``obj`` is a JSON object with only the keys of
+    ``fields``, every key of ``required``, and each value of its type (``fields[key]``; None:
+    checked elsewhere), or null for the keys in ``nullable``."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - set(fields))
     if unknown:
         raise ValueError(f"{what}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
     missing = [k for k in required if k not in obj]
     if missing:
         raise ValueError(f"{what}: missing {missing[0]!r}")
+    for key, value in obj.items():
+        kind = fields[key]
+        if kind is not None and not (value is None and key in nullable) and not json_value_ok(value, kind):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r}")
 
 
 def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams]:
     """The layer, task and mapping parameters of table entry ``key``, or a ValueError (one line,
     naming the entry) when the entry does not follow the schema."""
     where = f"layer {key!r}"
-    if not isinstance(entry, dict):
-        raise ValueError(f"{where}: an entry is an object with {', '.join(ENTRY_REQUIRED)}, "
-                         f"got {type(entry).__name__}")
-    _check_keys(entry, ENTRY_FIELDS, ENTRY_REQUIRED, where)
-    for field, value in entry.items():
-        if not _is_type(value, ENTRY_FIELDS[field]):
-            raise ValueError(f"{where}: {field!r} must be a JSON {ENTRY_FIELDS[field].__name__}, "
-                             f"got {value!r}")
-    _check_keys(entry["spec"], SPEC_FIELDS, SPEC_FIELDS, f"{where}: 'spec'")
-    for field, value in entry["spec"].items():
-        if not _is_type(value, int):
-            raise ValueError(f"{where}: 'spec' {field} must be an integer, got {value!r}")
-    _check_keys(entry["mapping"], ("dig", "dgo", "m"), ("dig", "dgo", "m"), f"{where}: 'mapping'")
-    fields = [f.name for f in dataclasses.fields(TaskParams)]
-    _check_keys(entry["params"], fields, fields, f"{where}: 'params'")
+    check_object(entry, ENTRY_FIELDS, ENTRY_REQUIRED, where)
+    check_object(entry["spec"], dict.fromkeys(SPEC_FIELDS, int), SPEC_FIELDS, f"{where}: 'spec'")
+    check_object(entry["mapping"], dict.fromkeys(MAPPING_FIELDS), MAPPING_FIELDS, f"{where}: 'mapping'")
+    check_object(entry["params"], dict.fromkeys(PARAM_FIELDS), PARAM_FIELDS, f"{where}: 'params'")
     try:
         spec = parse_shape(key)
         shape = {k: getattr(spec, k) for k in SPEC_FIELDS}
@@ -139,14 +143,7 @@ def validate_table(data, source) -> dict:
     """``data`` if it follows the mapping-table schema, else a one-line ValueError that
     names ``source`` (the file) and the offending entry."""
     try:
-        if not isinstance(data, dict):
-            raise ValueError(f"a mapping table is a JSON object with a 'layers' object, "
-                             f"got {type(data).__name__}")
-        _check_keys(data, TABLE_FIELDS, ("layers",), "table")
-        for field, value in data.items():
-            if not _is_type(value, TABLE_FIELDS[field]):
-                raise ValueError(f"table: {field!r} must be a JSON {TABLE_FIELDS[field].__name__}, "
-                                 f"got {type(value).__name__}")
+        check_object(data, TABLE_FIELDS, ("layers",), "table")
         for key, entry in data["layers"].items():
             entry_objects(key, entry)
     except ValueError as err:

@@ -122,7 +122,7 @@ _DELETE = object()
 _KEY = "n64c64k64h56w56"
 
 BAD_TABLES = [
-    ({"layers": {"x": 1}}, r"layer 'x': an entry is an object with spec, params, mapping, got int"),
+    ({"layers": {"x": 1}}, r"layer 'x': expected a JSON object, got int"),
     ({"layers": {_KEY: _entry(spec=_DELETE)[1]}}, rf"layer '{_KEY}': missing 'spec'"),
     ({"layers": {_KEY: _entry(params=_DELETE)[1]}}, rf"layer '{_KEY}': missing 'params'"),
     ({"layers": {_KEY: _entry(mapping=_DELETE)[1]}}, rf"layer '{_KEY}': missing 'mapping'"),
@@ -139,16 +139,16 @@ BAD_TABLES = [
     ({"layers": {_KEY: _entry(**{"mapping.m": True})[1]}}, rf"layer '{_KEY}': mapping parameter M"),
     ({"layers": {_KEY: _entry(**{"mapping.speed": 1})[1]}}, rf"layer '{_KEY}': 'mapping': unknown key 'speed'"),
     ({"layers": {_KEY: _entry(**{"spec.N": 32})[1]}}, rf"layer '{_KEY}': 'spec' .* is not the key's shape"),
-    ({"layers": {_KEY: _entry(**{"spec.N": 64.0})[1]}}, rf"layer '{_KEY}': 'spec' N must be an integer"),
-    ({"layers": {_KEY: _entry(time_us="fast")[1]}}, rf"layer '{_KEY}': 'time_us' must be a JSON float"),
+    ({"layers": {_KEY: _entry(**{"spec.N": 64.0})[1]}}, rf"layer '{_KEY}': 'spec': 'N' must be a JSON integer, got 64.0"),
+    ({"layers": {_KEY: _entry(time_us="fast")[1]}}, rf"layer '{_KEY}': 'time_us' must be a JSON number, got 'fast'"),
     ({"layers": {_KEY: _entry(colour="red")[1]}}, rf"layer '{_KEY}': unknown key 'colour'"),
     ({"layers": {"resnet": _entry()[1]}}, r"layer 'resnet': shape string 'resnet' is not of the form"),
     ({"layers": {"n1000000000c64k64h56w56": _entry(**{"spec.N": 1000000000})[1]}},
      r"layer 'n1000000000c64k64h56w56': layer N1000000000 .* too large for the kernels' int32"),
-    ({"layers": []}, r"table: 'layers' must be a JSON dict"),
+    ({"layers": []}, r"table: 'layers' must be a JSON object, got \[\]"),
     ({"entries": {}}, r"table: unknown key 'entries'"),
     ({"gpu": "h100"}, r"table: missing 'layers'"),
-    ([1, 2], r"a mapping table is a JSON object with a 'layers' object, got list"),
+    ([1, 2], r"table: expected a JSON object, got list"),
 ]
 
 

@@ -21,6 +21,7 @@ import re
 from ..resources import mapping_dir
 from ..spec import LayerSpec, parse_shape
 from ..tasks import round_up
+from ..tuning import check_object
 
 # Tap bits of the gather table (direct_conv.cuh): filter row r is bit r, column s is bit
 # TAP_COL_BIT + s, TAP_SENTINEL marks table rows past C*R*S (every pixel treats it as outside).
@@ -171,26 +172,6 @@ DIRECT_ENTRY_FIELDS = {"config": str, "us": float, "predicted_us": float, "tflop
 DIRECT_MEASURED_FIELDS = {"config": str, "us": float, "predicted_us": float}
 
 
-def _json_type_ok(value, kind) -> bool:
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, kind)
-
-
-def _check_object(obj, fields: dict, required: tuple, what: str, nullable=()) -> None:
-    if not isinstance(obj, dict):
-        raise ValueError(f"{what}: expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(fields))
-    if unknown:
-        raise ValueError(f"{what}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
-    missing = [k for k in required if k not in obj]
-    if missing:
-        raise ValueError(f"{what}: missing {missing[0]!r}")
-    for key, value in obj.items():
-        if not (value is None and key in nullable) and not _json_type_ok(value, fields[key]):
-            raise ValueError(f"{what}: {key!r} must be a JSON {fields[key].__name__}, got {value!r}")
-
-
 def table_config(key: str) -> DirectConfig:
     """A config key of a table (``bm64bn64bk8tm4tn4mb1``) within the parameter space's bounds."""
     cfg = DirectConfig.from_key(key)
@@ -206,13 +187,13 @@ def parse_direct_table(data, source) -> dict[str, DirectConfig]:
     (the file) and the entry: known keys only, a shape-string key (optionally ``_nhwc``), a
     config key within GRID's bounds, numbers where the tuner writes numbers."""
     try:
-        _check_object(data, DIRECT_TABLE_FIELDS, ("entries",), "table")
+        check_object(data, DIRECT_TABLE_FIELDS, ("entries",), "table")
         out = {}
         for key, entry in data["entries"].items():
             where = f"entry {key!r}"
-            _check_object(entry, DIRECT_ENTRY_FIELDS, ("config",), where)
+            check_object(entry, DIRECT_ENTRY_FIELDS, ("config",), where)
             for i, item in enumerate(entry.get("measured", [])):
-                _check_object(item, DIRECT_MEASURED_FIELDS, ("config",), f"{where}: 'measured'[{i}]",
+                check_object(item, DIRECT_MEASURED_FIELDS, ("config",), f"{where}: 'measured'[{i}]",
                               nullable=("us",))
             try:
                 parse_shape(key.removesuffix(NHWC_KEY_SUFFIX))
