@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from megawino import executor, mapping as mapping_mod
 from megawino.tasks import build_graph
 
-FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 ORDERS = ("interleaved", "sequential", "topological")
 
