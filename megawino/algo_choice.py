@@ -9,14 +9,13 @@ timed with CUDA events on the current stream: every candidate runs once to warm 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 import threading
 
 import numpy as np
 
 from .nvrtc import cupy_module
+from .user_files import cache_dir, write_text_atomically
 
 ROUNDS = 7
 FILE_NAME = "algo_choice.json"
@@ -25,14 +24,6 @@ FORMAT = "megawino-algo-choice-1"
 _lock = threading.Lock()
 _memory: dict = {}          # (gpu name, key) -> choice
 _loaded: set = set()
-
-
-def cache_dir() -> pathlib.Path:
-    env = os.environ.get("MEGAWINO_CACHE_DIR")
-    if env:
-        return pathlib.Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache") / "megawino"
 
 
 def _path() -> pathlib.Path:
@@ -65,13 +56,9 @@ def _load(gpu: str) -> None:
 def _store(gpu: str, key: str, choice: str, times_us: dict) -> None:
     path = _path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         gpus = _read_file(path)
         gpus.setdefault(gpu, {})[key] = {"choice": choice, "median_us": times_us}
-        fd, tmp = tempfile.mkstemp(prefix=FILE_NAME, dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"format": FORMAT, "gpus": gpus}, handle, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        write_text_atomically(path, json.dumps({"format": FORMAT, "gpus": gpus}, indent=1, sort_keys=True))
     except OSError:
         pass                # a read-only home keeps the choice for this process only
 

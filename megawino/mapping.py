@@ -22,12 +22,13 @@ import dataclasses
 
 import numpy as np
 
-from .tasks import TaskGraph, TaskType, _positive_int
+from .tasks import INT32_MAX, TaskGraph, TaskType, _positive_int
 
 
 def _non_negative(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"mapping parameter {name} must be a non-negative integer, got {value!r}")
+    # Ticket distances: a value past the last ticket means "after every parent" (int32 tickets).
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= INT32_MAX:
+        raise ValueError(f"mapping parameter {name} must be an integer in 0..{INT32_MAX}, got {value!r}")
     return int(value)
 
 

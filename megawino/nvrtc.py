@@ -5,7 +5,9 @@ Nothing here touches CUDA at import time; CuPy is imported on first use.
 """
 from __future__ import annotations
 
+import functools
 import os
+import re
 import threading
 
 import numpy as np
@@ -69,33 +71,76 @@ _LOCK = threading.Lock()
 EXTRA_DEFINES_ENV = "MEGAWINO_CUDA_DEFINES"
 
 
+# What a user sets instead of each define the runtime owns (compile_options decides which
+# defines those are; tests check that every one of them has a hint here).
+OWNED_DEFINE_HINTS = {
+    "MW_M": "the task parameters' m (TaskParams(m=...))",
+    "MW_NHWC": "the layer's layout (LayerSpec(layout=...) or conv2d(layout=...))",
+    "MW_TRACE": "plan(..., trace=True)",
+    "MW_GEMM_TF32X3": "the gemm_math= argument of conv2d / plan",
+    "MW_SOURCE_HASH": "nothing: it keys the kernel cache to the CUDA sources",
+}
+_DEFINE_RE = re.compile(r"-D([A-Za-z_][A-Za-z0-9_]*)(=\S*)?")
+
+
+def define_name(option: str) -> str | None:
+    """NAME of a well-formed ``-DNAME`` / ``-DNAME=VALUE`` option, else None."""
+    match = _DEFINE_RE.fullmatch(option)
+    return match.group(1) if match else None
+
+
 def extra_defines() -> tuple[str, ...]:
     """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
-    compile: how an opt-in CUDA variant (bench/NOTES.md) runs under the tests and bench scripts."""
-    tokens = tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split())
-    bad = [t for t in tokens if not t.startswith("-D")]
+    compile: how an opt-in CUDA variant (bench/NOTES.md) runs under the tests and bench scripts.
+    Malformed entries and defines the runtime owns (:func:`owned_defines`) are a ValueError."""
+    return check_extra_defines(tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split()))
+
+
+def check_extra_defines(extra) -> tuple[str, ...]:
+    """``extra`` if every entry is ``-DNAME`` or ``-DNAME=VALUE`` and no NAME is one the runtime
+    owns (:func:`owned_defines`); else a ValueError naming the entry."""
+    extra = tuple(extra)
+    bad = [t for t in extra if define_name(t) is None]
     if bad:
-        raise ValueError(f"{EXTRA_DEFINES_ENV} takes -DNAME[=VALUE] options only, got {bad}")
-    return tokens
+        raise ValueError(f"{EXTRA_DEFINES_ENV} takes -DNAME or -DNAME=VALUE options only, got "
+                         f"{' '.join(bad)}")
+    for option in extra:
+        name = define_name(option)
+        if name in owned_defines():
+            hint = OWNED_DEFINE_HINTS.get(name, "the runtime's own arguments")
+            raise ValueError(f"{EXTRA_DEFINES_ENV}: {option} sets {name}, which the runtime "
+                             f"defines itself; use {hint} instead")
+    return extra
 
 
-def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_GEMM_MATH) -> tuple[str, ...]:
+def _runtime_options(m: int, layout: str, trace: bool, gemm_math: str) -> list[str]:
+    """The options the runtime itself passes (include path, standard, its own defines)."""
     check_gemm_math(gemm_math)
     opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
             f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}",
             f"-DMW_GEMM_TF32X3={GEMM_MATHS[gemm_math]}"]
     if trace:
         opts.append("-DMW_TRACE")
-    return with_defines(opts, extra_defines())
+    return opts
+
+
+@functools.lru_cache(maxsize=1)
+def owned_defines() -> frozenset[str]:
+    """Names of the defines the runtime sets in some variant (of :func:`compile_options`, traced:
+    MW_TRACE is owned even where a variant leaves it undefined)."""
+    names = (define_name(o) for o in _runtime_options(4, "NCHW", True, DEFAULT_GEMM_MATH))
+    return frozenset(n for n in names if n is not None)
+
+
+def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_GEMM_MATH) -> tuple[str, ...]:
+    return with_defines(_runtime_options(m, layout, trace, gemm_math), extra_defines())
 
 
 def with_defines(options, extra) -> tuple[str, ...]:
-    """``options`` + ``extra``, where a ``-DNAME[=VALUE]`` of ``extra`` replaces the option that
-    defines the same NAME (so a variant can override e.g. MW_GEMM_TF32X3 without a redefinition)."""
-    def name(opt):
-        return opt[2:].partition("=")[0] if opt.startswith("-D") else None
-    replaced = {name(e) for e in extra} - {None}
-    return tuple(o for o in options if name(o) not in replaced) + tuple(extra)
+    """``options`` + ``extra``; an entry of ``extra`` that is malformed or defines a name the
+    runtime owns is a ValueError (a variant must not silently change m, the layout, tracing or
+    the GEMM arithmetic under a plan that was made for other values)."""
+    return tuple(options) + check_extra_defines(extra)
 
 
 def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):

@@ -1,14 +1,17 @@
-"""Task sizes for a layer: the heuristic (``default_params``) and the split rules the tuner's
-candidate space shares with it (``transform_chunk``, ``transform_tiles``).  What a task *is*
+"""Task sizes for a layer: the heuristic (``default_params``), the split rules the tuner's
+candidate space shares with it (``transform_chunk``, ``transform_tiles``) and the size guard
+(``check_size``: int32 limits of the kernels and records, device memory).  What a task *is*
 (types, parameters, layout, graph) lives in :mod:`megawino.tasks`; this module only chooses sizes.
 """
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .spec import LayerSpec
-from .tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, TRANSFORM_MIN_TILES,
-                    Layout, TaskParams, round_up)
+from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, INT32_MAX, K_ALIGN, LANE_CHANNELS,
+                    TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES, Layout, TaskParams, round_up)
 from .winograd import tiles_for
 
 GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
@@ -84,3 +87,39 @@ def with_transform_split(spec: LayerSpec, params: TaskParams, workers: int = DEF
     """``params`` with the transform tile split of :func:`transform_split`."""
     input_tiles, output_tiles = transform_split(spec, params, workers)
     return dataclasses.replace(params, input_tiles_per_task=input_tiles, output_tiles_per_task=output_tiles)
+
+
+def buffer_bytes(layout: Layout) -> int:
+    """Device bytes of one plan: U, V, M (float32), the task records twice (by id and by
+    ticket), the mapping and the counters."""
+    floats = sum(int(np.prod(shape)) for shape in (layout.u_shape, layout.v_shape, layout.m_shape))
+    records = 2 * layout.num_tasks * len(TASK_RECORD_FIELDS) + layout.num_tasks
+    return 4 * (floats + records + layout.num_counters * COUNTER_STRIDE)
+
+
+def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = None) -> Layout:
+    """The layout of ``spec`` with ``params``, or a ValueError saying which int32 quantity of
+    the kernels or the task records would overflow (or, given ``memory_bytes``, that the
+    buffers do not fit): called before any record is built or buffer allocated."""
+    if not isinstance(params, TaskParams):
+        raise ValueError(f"params must be TaskParams, got {type(params).__name__}")
+    layout = Layout(spec, params)
+    limits = [
+        ("C (channels)", spec.C), ("K (output channels)", spec.K), ("H", spec.H), ("W", spec.W),
+        ("padding", spec.padding), ("padded channels (c_stride)", layout.c_stride),
+        ("padded output channels (k_stride)", layout.k_stride),
+        ("padded tiles (the tile ids)", layout.tiles_padded),
+        ("tasks plus one ticket fetch per block (the ticket head)", layout.num_tasks + TICKET_MARGIN),
+        ("counter words (counter offsets)", layout.num_counters * COUNTER_STRIDE),
+    ]
+    for what, value in limits:
+        if value > INT32_MAX:
+            raise ValueError(
+                f"layer {spec.describe()} (m={params.m}, tiles_per_group={params.tiles_per_group}) "
+                f"is too large for the kernels' int32 indices: {what} = {value} > {INT32_MAX} "
+                f"(split the batch into smaller calls)")
+    if memory_bytes is not None and buffer_bytes(layout) > memory_bytes:
+        raise ValueError(f"layer {spec.describe()} needs {buffer_bytes(layout) / 2**30:.2f} GiB of "
+                         f"Winograd buffers, more than the {memory_bytes / 2**30:.2f} GiB available "
+                         f"(split the batch into smaller calls)")
+    return layout

@@ -54,15 +54,38 @@ TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input l
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
                           # 256-thread block busy on one 32-channel chunk
 
+# Size limits (check_size): the kernels hold tile ids, channel indices, task ids, tickets and
+# counter offsets in int32, and the task records are int32.
+INT32_MAX = 2**31 - 1
+# Upper bounds of the TaskParams sizes: a transform task's work items (tiles x channels, a
+# 32-bit loop index in cuda/input_transform.cuh and output_transform.cuh) stay below 2^30.
+MAX_TILES_PER_GROUP = 2**15
+MAX_CHANNELS_PER_TASK = 2**15
+# Ticket fetches past the last ticket (one per block of the grid: the int32 ticket head
+# counts them too); far above any GPU's resident blocks.
+TICKET_MARGIN = 2**20
+
 
 def round_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _positive_int(name: str, value, limit: int = INT32_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= limit:
+        raise ValueError(f"{name} must be an integer in 1..{limit}, got {value!r}")
     return int(value)
+
+
+# Upper bound of each TaskParams size (TaskParams.__post_init__, the tables' schema).
+TASK_PARAM_LIMITS = {
+    "tiles_per_group": MAX_TILES_PER_GROUP,
+    "input_channels_per_task": MAX_CHANNELS_PER_TASK,
+    "gemm_k_per_task": MAX_CHANNELS_PER_TASK,
+    "output_k_per_task": MAX_CHANNELS_PER_TASK,
+    "filter_pairs_per_task": INT32_MAX,
+    "input_tiles_per_task": MAX_TILES_PER_GROUP,
+    "output_tiles_per_task": MAX_TILES_PER_GROUP,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +106,11 @@ class TaskParams:
     output_tiles_per_task: int | None = None
 
     def __post_init__(self):
-        if self.m not in (2, 4):
+        if isinstance(self.m, bool) or self.m not in (2, 4):
             raise ValueError(f"TaskParams.m must be 2 or 4, got {self.m!r}")
         for field in ("tiles_per_group", "input_channels_per_task", "gemm_k_per_task",
                       "output_k_per_task", "filter_pairs_per_task"):
-            _positive_int(f"TaskParams.{field}", getattr(self, field))
+            _positive_int(f"TaskParams.{field}", getattr(self, field), TASK_PARAM_LIMITS[field])
         if self.tiles_per_group % GEMM_BLOCK_ROWS:
             raise ValueError(f"TaskParams.tiles_per_group must be a multiple of {GEMM_BLOCK_ROWS}, "
                              f"got {self.tiles_per_group}")
@@ -99,7 +122,7 @@ class TaskParams:
             if value is None:
                 object.__setattr__(self, field, self.tiles_per_group)
                 continue
-            value = _positive_int(f"TaskParams.{field}", value)
+            value = _positive_int(f"TaskParams.{field}", value, TASK_PARAM_LIMITS[field])
             if value % TRANSFORM_MIN_TILES or self.tiles_per_group % value:
                 raise ValueError(f"TaskParams.{field} must be a multiple of {TRANSFORM_MIN_TILES} "
                                  f"that divides tiles_per_group ({self.tiles_per_group}), got {value}")
@@ -334,10 +357,10 @@ class TaskGraph:
 def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
     """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64)."""
     spec.require_winograd()
+    from .task_sizes import check_size, default_params   # they build on this module
     if params is None:
-        from .task_sizes import default_params   # the heuristic builds on this module
         params = default_params(spec)
-    layout = Layout(spec, params)
+    layout = check_size(spec, params)
     groups = layout.num_groups
     n_f, s_i, s_g, s_o = (layout.num_filter_tasks, layout.inputs_per_group,
                           layout.gemms_per_group, layout.outputs_per_group)

@@ -13,8 +13,8 @@ For each layer (GPU required):
    the minimum over many noisy candidates, biased low; the medians of the confirmation decide
    which of the three ships and give its time and speed-ups;
 5. write the winner, its time and its speed-ups over the heuristic and the
-   sequential mapping into the table (``mapping/<gpu>.json``).  The sequential order is a
-   candidate too: when it is the fastest, the table holds its MappingParams equivalent
+   sequential mapping into the table (by default the user's ``<cache>/<gpu>.json``, see
+   :mod:`megawino.user_files`).  The sequential order is a candidate too: when it is the fastest, the table holds its MappingParams equivalent
    (:func:`megawino.mapping.sequential_equivalent`, ``sequential_order: true``) and the
    speed-up over sequential is 1 (a tie).
 """
@@ -24,8 +24,8 @@ __all__ = ["calibrate_on_traces", "rank_by_simulation", "confirm", "tune_layer",
 
 import dataclasses
 import datetime
-import json
 import math
+import pathlib
 import time
 
 import numpy as np
@@ -196,15 +196,15 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
 
 def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int = 10,
          on_start=None, on_done=None) -> dict:
-    """Tune every layer within ``budget_s`` seconds; writes/updates the JSON table."""
+    """Tune every layer within ``budget_s`` seconds; updates the JSON table at ``out_path``
+    (default: the user's tuned table for this GPU, :func:`megawino.tuning.user_table_path`)
+    atomically after each layer.  A file there that is not a mapping table is a ValueError
+    before anything is measured."""
     from . import runtime
     name = tuning.device_name()
     key = tuning.gpu_key(name)
-    path = out_path or tuning.table_path(key)
-    try:
-        table = json.loads(open(path).read())
-    except (FileNotFoundError, json.JSONDecodeError):
-        table = {"layers": {}}
+    path = pathlib.Path(out_path) if out_path else tuning.user_table_path(key)
+    table = tuning.table_for_update(path)
     table.update(gpu=name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
                  .isoformat(timespec="seconds"), method=__doc__.split("\n\n", 1)[1].strip())
     deadline = time.perf_counter() + budget_s
@@ -219,9 +219,7 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
         res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer)
         win = res.pop("winner")
         tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
-        with open(path, "w") as fh:
-            json.dump(table, fh, indent=1)
-            fh.write("\n")
+        tuning.write_table(path, table)
         results.append((spec, res))
         if on_done:
             on_done(i, spec, res)

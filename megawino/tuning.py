@@ -10,7 +10,14 @@ Choice for a layer, in order:
    resident blocks between parent and child, so a parent fetched one wave earlier
    has usually ended when its child is fetched; M = 4 groups share a filter matrix).
 
-``MEGAWINO_MAPPING=path`` replaces the shipped table.
+Tables, in order: ``MEGAWINO_MAPPING=path`` alone when set; else the user's tuned table
+(``<cache>/<gpu>.json``, :mod:`megawino.user_files`; written by ``megawino tune``) whose
+entries take precedence over the shipped read-only table (``mapping/<gpu>.json``).
+
+Every table is checked against the schema on load (:func:`validate_table`): known keys only,
+``spec`` / ``params`` / ``mapping`` in every entry, TaskParams and MappingParams within their
+bounds (``megawino.tasks.TASK_PARAM_LIMITS``, int32 ticket distances) and the layer's sizes
+within the kernels' int32 limits; a bad entry is a ValueError naming the file and the entry.
 """
 from __future__ import annotations
 
@@ -23,14 +30,28 @@ import os
 import pathlib
 import re
 
+from . import user_files
 from .mapping import MappingParams
 from .resources import mapping_dir
-from .spec import LayerSpec
-from .task_sizes import DEFAULT_WORKERS, default_params, transform_chunk, transform_split
+from .spec import LayerSpec, parse_shape
+from .task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
 from .tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout, TaskParams, round_up
 from .winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
+
+# The table schema: top-level keys and entry keys with their JSON types (float: any number).
+TABLE_FIELDS = {"layers": dict, "gpu": str, "key": str, "updated": str, "method": str}
+ENTRY_REQUIRED = ("spec", "params", "mapping")
+ENTRY_FIELDS = {
+    "spec": dict, "params": dict, "mapping": dict, "name": str, "sequential_order": bool,
+    "candidates_measured": int, "confirm_rounds": int, "time_us": float, "default_us": float,
+    "sequential_us": float, "speedup_vs_default": float, "speedup_vs_sequential": float,
+    "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
+}
+SPEC_FIELDS = ("N", "C", "K", "H", "W")
+MAPPING_FIELDS = tuple(f.name for f in dataclasses.fields(MappingParams))
+PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
 
 
 def gpu_key(device_name: str) -> str:
@@ -57,27 +78,136 @@ def current_gpu_key(default: str = "h100") -> str:
     return gpu_key(name) if name else default
 
 
-def table_path(key: str) -> pathlib.Path:
-    override = os.environ.get(ENV_OVERRIDE)
-    return pathlib.Path(override) if override else mapping_dir() / f"{key}.json"
+def shipped_table_path(key: str) -> pathlib.Path:
+    """The read-only table shipped in the package for GPU ``key``."""
+    return mapping_dir() / f"{key}.json"
+
+
+def user_table_path(key: str) -> pathlib.Path:
+    """The user's tuned table for GPU ``key`` (where ``megawino tune`` writes by default)."""
+    return user_files.user_table_path(f"{key}.json")
+
+
+# JSON names of the Python types the schemas use (float: any number).
+JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number", int: "integer",
+                   bool: "boolean"}
+
+
+def json_value_ok(value, kind) -> bool:
+    """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
+    """ValueError (starting with ``what``) unless ``obj`` is a JSON object with only the keys of
+    ``fields``, every key of ``required``, and each value of its type (``fields[key]``; None:
+    checked elsewhere), or null for the keys in ``nullable``."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(fields))
+    if unknown:
+        raise ValueError(f"{what}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise ValueError(f"{what}: missing {missing[0]!r}")
+    for key, value in obj.items():
+        kind = fields[key]
+        if kind is not None and not (value is None and key in nullable) and not json_value_ok(value, kind):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r}")
+
+
+def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams]:
+    """The layer, task and mapping parameters of table entry ``key``, or a ValueError (one line,
+    naming the entry) when the entry does not follow the schema."""
+    where = f"layer {key!r}"
+    check_object(entry, ENTRY_FIELDS, ENTRY_REQUIRED, where)
+    check_object(entry["spec"], dict.fromkeys(SPEC_FIELDS, int), SPEC_FIELDS, f"{where}: 'spec'")
+    check_object(entry["mapping"], dict.fromkeys(MAPPING_FIELDS), MAPPING_FIELDS, f"{where}: 'mapping'")
+    check_object(entry["params"], dict.fromkeys(PARAM_FIELDS), PARAM_FIELDS, f"{where}: 'params'")
+    try:
+        spec = parse_shape(key)
+        shape = {k: getattr(spec, k) for k in SPEC_FIELDS}
+        if shape != entry["spec"]:
+            raise ValueError(f"'spec' {entry['spec']} is not the key's shape {shape}")
+        params = TaskParams(**entry["params"])
+        mapping = MappingParams(**entry["mapping"])
+        check_size(spec, params)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    return spec, params, mapping
+
+
+def validate_table(data, source) -> dict:
+    """``data`` if it follows the mapping-table schema, else a one-line ValueError that
+    names ``source`` (the file) and the offending entry."""
+    try:
+        check_object(data, TABLE_FIELDS, ("layers",), "table")
+        for key, entry in data["layers"].items():
+            entry_objects(key, entry)
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+    return data
+
+
+def read_table(path) -> dict:
+    """The validated table at ``path`` (JSON errors and schema errors name the file)."""
+    path = pathlib.Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a JSON mapping table ({err})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a JSON mapping table (not UTF-8 text)") from None
+    return validate_table(data, path)
 
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str, mtime: float) -> dict:
-    data = json.loads(pathlib.Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
-        raise ValueError(f"{path}: a mapping table is a JSON object with a 'layers' object")
-    return data
+    return read_table(path)
+
+
+def _load_file(path: pathlib.Path) -> dict:
+    return _load(str(path), path.stat().st_mtime)
 
 
 def load_table(key: str) -> dict:
-    """The table for GPU ``key`` ({} when none ships); MEGAWINO_MAPPING overrides."""
-    path = table_path(key)
-    if not path.is_file():
-        if os.environ.get(ENV_OVERRIDE):
+    """The layers to choose from for GPU ``key``: MEGAWINO_MAPPING's table when set, else the
+    shipped table's entries updated with the user's tuned table's ({} without either)."""
+    override = os.environ.get(ENV_OVERRIDE)
+    if override:
+        path = pathlib.Path(override)
+        if not path.is_file():
             raise FileNotFoundError(f"{ENV_OVERRIDE}={path} does not exist")
+        return _load_file(path)
+    layers: dict = {}
+    for path in (shipped_table_path(key), user_table_path(key)):
+        if path.is_file():
+            layers.update(_load_file(path)["layers"])
+    return {"layers": layers}
+
+
+def table_for_update(path) -> dict:
+    """The table a tuner updates at ``path``: empty when there is no file, the validated table
+    when it is one; anything else there (another file, a broken table) is a ValueError, so a
+    tuner never overwrites it."""
+    path = pathlib.Path(path)
+    if not path.exists():
         return {"layers": {}}
-    return _load(str(path), path.stat().st_mtime)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: the tuner writes a table there")
+    try:
+        return read_table(path)
+    except ValueError as err:
+        raise ValueError(f"not overwriting {path}: it is not a megawino mapping table "
+                         f"({str(err).removeprefix(f'{path}: ')}); pass another --out") from None
+
+
+def write_table(path, table: dict) -> pathlib.Path:
+    """Validate ``table`` and write it to ``path`` atomically."""
+    validate_table(table, path)
+    return user_files.write_text_atomically(path, json.dumps(table, indent=1) + "\n")
 
 
 def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> MappingParams:
@@ -87,7 +217,7 @@ def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> Ma
 def entry_params(entry: dict, spec: LayerSpec) -> tuple[TaskParams, MappingParams]:
     params = dict(entry["params"])
     # A borrowed GEMM K width may not fit a layer with fewer output channels.
-    k_stride = -(-spec.K // K_ALIGN) * K_ALIGN
+    k_stride = round_up(spec.K, K_ALIGN)
     params["gemm_k_per_task"] = min(params["gemm_k_per_task"], k_stride)
     return TaskParams(**params), MappingParams(**entry["mapping"])
 
@@ -105,7 +235,7 @@ def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
     """Task and mapping parameters for ``spec`` and where they came from."""
     spec.require_winograd()
     table = load_table(key) if key else {"layers": {}}
-    layers = {k: v for k, v in table["layers"].items() if v["params"].get("m", 4) == m}
+    layers = {k: v for k, v in table["layers"].items() if v["params"]["m"] == m}
     lookup = spec.with_(layout="NCHW", name="").shape_string
     if lookup in layers:
         return (*entry_params(layers[lookup], spec), "tuned")
@@ -158,6 +288,9 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
 
 def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: MappingParams,
                 **measured) -> None:
+    unknown = sorted(set(measured) - set(ENTRY_FIELDS))
+    if unknown:
+        raise ValueError(f"table entries have no field {unknown[0]!r} (tuning.ENTRY_FIELDS)")
     table.setdefault("layers", {})[spec.with_(layout="NCHW", name="").shape_string] = {
         "name": spec.name,
         "spec": {k: getattr(spec, k) for k in ("N", "C", "K", "H", "W")},

@@ -30,3 +30,10 @@ def spilling_direct_config():
         if spills > 0 and key.endswith("nchw"):
             return DirectConfig.from_key(key[:-len("nchw")])
     raise AssertionError("no spilling NCHW config in the ptxas table")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dir(tmp_path_factory, monkeypatch):
+    """Tuned tables in the user's cache take precedence over the shipped ones: every test
+    gets an empty cache of its own, whatever the machine's user has tuned."""
+    monkeypatch.setenv("MEGAWINO_CACHE_DIR", str(tmp_path_factory.mktemp("megawino-cache")))

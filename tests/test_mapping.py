@@ -113,3 +113,11 @@ def test_validator_names_first_offending_ticket():
 def test_bad_mapping_params(kw):
     with pytest.raises(ValueError):
         MappingParams(**kw)
+
+
+@pytest.mark.parametrize("kw", [dict(dig=2**31), dict(dgo=2**40), dict(m=2**31), dict(dig=True),
+                                dict(dgo="5"), dict(m=None)])
+def test_mapping_params_have_int32_bounds(kw):
+    with pytest.raises(ValueError, match=r"mapping parameter (DIG|DGO|M) must be"):
+        MappingParams(**kw)
+    MappingParams(dig=2**31 - 1, dgo=0, m=2**31 - 1)

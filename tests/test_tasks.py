@@ -1,3 +1,5 @@
+import dataclasses
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -185,3 +187,72 @@ def test_default_filter_tasks_split_while_few():
     big = default_params(LayerSpec(64, 512, 512, 14, 14))               # 256 tasks of 1024 < 264
     assert big.filter_pairs_per_task == 512
     assert default_params(LayerSpec(1, 1024, 1024, 14, 14)).filter_pairs_per_task == 1024
+
+
+def test_codegen_writes_atomically_and_never_over_a_foreign_file(tmp_path):
+    path = tmp_path / codegen.HEADER_NAME
+    assert codegen.write_header(path).read_text() == codegen.header_text()
+    codegen.write_header(path)                       # its own header: rewritten
+    foreign = tmp_path / "mine.cuh"
+    foreign.write_text("// hand-written\n")
+    with pytest.raises(ValueError, match=f"not overwriting {foreign}"):
+        codegen.write_header(foreign)
+    assert foreign.read_text() == "// hand-written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([codegen.HEADER_NAME, "mine.cuh"])
+
+
+# ---- size guards ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, params, what", [
+    # the issue's case: 196e9 tiles (a NumPy MemoryError before the guard)
+    (LayerSpec(1000000000, 64, 64, 56, 56), None, r"padded tiles \(the tile ids\) = 196000000000"),
+    (LayerSpec(2**31 // 49 + 1, 64, 64, 28, 28), None, r"padded tiles \(the tile ids\) = 2147483776"),
+    (LayerSpec(1, 2**31 - 3, 8, 8, 8), small_params(), r"padded channels \(c_stride\) = 2147483648"),
+    (LayerSpec(1, 8, 2**31, 8, 8), small_params(), r"K \(output channels\) = 2147483648"),
+    (LayerSpec(1, 8, 8, 8, 2**31), small_params(), r"W = 2147483648"),
+    # 2^27 tiles (fine) in 2^21 groups of 36 * 1024 GEMM tasks: the int32 ticket head overflows
+    (LayerSpec(2**27, 64, 4096, 4, 4), small_params(gemm_k_per_task=4),
+     r"tasks plus one ticket fetch per block \(the ticket head\) = \d+"),
+])
+def test_sizes_past_int32_are_refused_before_any_record_is_built(spec, params, what):
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"too large for the kernels' int32 indices: " + what + r" > 2147483647"):
+        build_graph(spec, params)
+    assert time.perf_counter() - t0 < 5    # refused on arithmetic alone, nothing allocated
+
+
+def test_cli_path_for_a_huge_batch_is_a_value_error():
+    from megawino import tuning
+    spec = LayerSpec(1000000000, 64, 64, 56, 56)
+    params, mapping, _ = tuning.choose(spec, "h100")    # pure arithmetic
+    with pytest.raises(ValueError, match="int32"):
+        build_graph(spec, params)
+
+
+def test_check_size_against_device_memory():
+    from megawino.task_sizes import buffer_bytes, check_size
+    spec, params = LayerSpec(64, 64, 64, 56, 56), default_params(LayerSpec(64, 64, 64, 56, 56))
+    lay = check_size(spec, params)
+    floats = sum(int(np.prod(s)) for s in (lay.u_shape, lay.v_shape, lay.m_shape))
+    assert buffer_bytes(lay) > 4 * floats
+    assert check_size(spec, params, memory_bytes=buffer_bytes(lay)).tiles == lay.tiles
+    with pytest.raises(ValueError, match=r"needs 0\.\d\d GiB of Winograd buffers, more than the 0\.10 GiB"):
+        check_size(spec, params, memory_bytes=int(0.1 * 2**30))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("tiles_per_group", 2**36), ("tiles_per_group", 2**16), ("input_channels_per_task", 2**15 + 1),
+    ("gemm_k_per_task", 2**36), ("output_k_per_task", 2**40), ("filter_pairs_per_task", 2**31),
+    ("tiles_per_group", True), ("input_tiles_per_task", 2**16), ("m", True),
+])
+def test_task_params_have_upper_bounds(field, value):
+    with pytest.raises(ValueError, match=field):
+        small_params(**{field: value})
+
+
+def test_task_param_limits_keep_transform_work_items_in_int32():
+    from megawino.tasks import INT32_MAX, MAX_CHANNELS_PER_TASK, MAX_TILES_PER_GROUP, TASK_PARAM_LIMITS
+    assert MAX_TILES_PER_GROUP * MAX_CHANNELS_PER_TASK < INT32_MAX
+    assert set(TASK_PARAM_LIMITS) == {f.name for f in dataclasses.fields(TaskParams)} - {"m"}
+    small_params(tiles_per_group=MAX_TILES_PER_GROUP, input_channels_per_task=MAX_CHANNELS_PER_TASK)

@@ -1,8 +1,9 @@
 import json
+import os
 
 import pytest
 
-from megawino import tuning
+from megawino import tuning, user_files
 from megawino.mapping import MappingParams
 from megawino.spec import LayerSpec
 from megawino.tasks import Layout, TaskParams, build_graph
@@ -94,3 +95,293 @@ def test_confirm_alternates_and_takes_medians():
     assert got == {"winner": 100.0, "default": 103.0}     # medians: the lucky 90 does not count
     with pytest.raises(ValueError, match="rounds"):
         confirm(measure, ["winner"], rounds=0)
+
+
+# ---- table schema ---------------------------------------------------------------------
+
+def _entry(**changes):
+    spec = LayerSpec(64, 64, 64, 56, 56)
+    table = {"layers": {}}
+    tuning.write_entry(table, spec, TaskParams(tiles_per_group=128, input_channels_per_task=16,
+                                               gemm_k_per_task=64, output_k_per_task=16),
+                       MappingParams(32, 96, 2), time_us=123.0)
+    key, entry = next(iter(table["layers"].items()))
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        target = entry
+        for part in parents:
+            target = target[part]
+        if value is _DELETE:
+            del target[last]
+        else:
+            target[last] = value
+    return key, entry
+
+
+_DELETE = object()
+_KEY = "n64c64k64h56w56"
+
+BAD_TABLES = [
+    ({"layers": {"x": 1}}, r"layer 'x': expected a JSON object, got int"),
+    ({"layers": {_KEY: _entry(spec=_DELETE)[1]}}, rf"layer '{_KEY}': missing 'spec'"),
+    ({"layers": {_KEY: _entry(params=_DELETE)[1]}}, rf"layer '{_KEY}': missing 'params'"),
+    ({"layers": {_KEY: _entry(mapping=_DELETE)[1]}}, rf"layer '{_KEY}': missing 'mapping'"),
+    ({"layers": {_KEY: _entry(**{"params.tile_size": 4})[1]}},
+     rf"layer '{_KEY}': 'params': unknown key 'tile_size'"),
+    ({"layers": {_KEY: _entry(**{"params.gemm_k_per_task": _DELETE})[1]}},
+     rf"layer '{_KEY}': 'params': missing 'gemm_k_per_task'"),
+    ({"layers": {_KEY: _entry(**{"params.tiles_per_group": 2**36})[1]}},
+     rf"layer '{_KEY}': TaskParams.tiles_per_group must be an integer in 1..32768, got 68719476736"),
+    ({"layers": {_KEY: _entry(**{"params.tiles_per_group": "128"})[1]}},
+     rf"layer '{_KEY}': TaskParams.tiles_per_group must be an integer"),
+    ({"layers": {_KEY: _entry(**{"mapping.dig": 2**40})[1]}},
+     rf"layer '{_KEY}': mapping parameter DIG must be an integer in 0..2147483647"),
+    ({"layers": {_KEY: _entry(**{"mapping.m": True})[1]}}, rf"layer '{_KEY}': mapping parameter M"),
+    ({"layers": {_KEY: _entry(**{"mapping.speed": 1})[1]}}, rf"layer '{_KEY}': 'mapping': unknown key 'speed'"),
+    ({"layers": {_KEY: _entry(**{"spec.N": 32})[1]}}, rf"layer '{_KEY}': 'spec' .* is not the key's shape"),
+    ({"layers": {_KEY: _entry(**{"spec.N": 64.0})[1]}}, rf"layer '{_KEY}': 'spec': 'N' must be a JSON integer, got 64.0"),
+    ({"layers": {_KEY: _entry(time_us="fast")[1]}}, rf"layer '{_KEY}': 'time_us' must be a JSON number, got 'fast'"),
+    ({"layers": {_KEY: _entry(colour="red")[1]}}, rf"layer '{_KEY}': unknown key 'colour'"),
+    ({"layers": {"resnet": _entry()[1]}}, r"layer 'resnet': shape string 'resnet' is not of the form"),
+    ({"layers": {"n1000000000c64k64h56w56": _entry(**{"spec.N": 1000000000})[1]}},
+     r"layer 'n1000000000c64k64h56w56': layer N1000000000 .* too large for the kernels' int32"),
+    ({"layers": []}, r"table: 'layers' must be a JSON object, got \[\]"),
+    ({"entries": {}}, r"table: unknown key 'entries'"),
+    ({"gpu": "h100"}, r"table: missing 'layers'"),
+    ([1, 2], r"table: expected a JSON object, got list"),
+]
+
+
+@pytest.mark.parametrize("table, message", BAD_TABLES)
+def test_bad_table_is_a_one_line_error_naming_file_and_entry(table, message, tmp_path, monkeypatch):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
+    with pytest.raises(ValueError) as info:
+        tuning.choose(LayerSpec(64, 64, 64, 56, 56), "h100")
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{path}: ")
+    import re
+    assert re.search(message, text), text
+
+
+def test_table_that_is_not_json_names_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "broken.json"
+    path.write_text('{"layers": {"n1c8k8h8w8": {"spec": ')     # a truncated table
+    monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
+    with pytest.raises(ValueError, match=rf"^{path}: not a JSON mapping table"):
+        tuning.choose(LayerSpec(64, 64, 64, 56, 56), "h100")
+
+
+def test_shipped_tables_follow_the_schema():
+    from megawino import direct
+    from megawino.resources import mapping_dir
+    shipped = sorted(mapping_dir().glob("*.json"))
+    winograd = [p for p in shipped if not p.name.startswith("direct_")]
+    assert winograd and all(tuning.read_table(p)["layers"] for p in winograd)
+    tables = [p for p in shipped if p.name.startswith("direct_") and "ptxas" not in p.name]
+    for path in tables:
+        assert direct.config.parse_direct_table(json.loads(path.read_text()), path)
+    assert tables
+
+
+def test_write_entry_refuses_fields_outside_the_schema():
+    with pytest.raises(ValueError, match="no field 'colour'"):
+        tuning.write_entry({"layers": {}}, LayerSpec(1, 8, 8, 8, 8), TaskParams(), MappingParams(),
+                           colour="red")
+
+
+# ---- where tables are read and written -----------------------------------------------------
+
+def test_cache_dir_follows_env_then_xdg_then_home(tmp_path, monkeypatch):
+    monkeypatch.setenv(user_files.CACHE_ENV, str(tmp_path / "own"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_files.cache_dir() == tmp_path / "own"
+    monkeypatch.delenv(user_files.CACHE_ENV)
+    assert user_files.cache_dir() == tmp_path / "xdg" / "megawino"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")       # invalid per the XDG spec: ignored
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_files.cache_dir() == tmp_path / "home" / ".cache" / "megawino"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert user_files.cache_dir() == tmp_path / "home" / ".cache" / "megawino"
+    assert tuning.user_table_path("h100") == tmp_path / "home" / ".cache" / "megawino" / "h100.json"
+
+
+def _one_entry_table(spec, params, mapping):
+    table = {"layers": {}}
+    tuning.write_entry(table, spec, params, mapping, time_us=1.0)
+    return table
+
+
+def test_lookup_order_override_then_user_then_shipped(tmp_path, monkeypatch):
+    shipped_dir = tmp_path / "shipped"
+    shipped_dir.mkdir()
+    monkeypatch.setattr(tuning, "mapping_dir", lambda: shipped_dir)
+    a, b = LayerSpec(64, 64, 64, 56, 56), LayerSpec(8, 32, 64, 28, 28)
+    p_ship, p_user, p_env = (TaskParams(tiles_per_group=t) for t in (64, 128, 192))
+    ship = _one_entry_table(a, p_ship, MappingParams(1, 1, 1))
+    tuning.write_entry(ship, b, p_ship, MappingParams(2, 2, 1))
+    (shipped_dir / "h100.json").write_text(json.dumps(ship))
+    assert tuning.choose(a, "h100")[:2] == (p_ship, MappingParams(1, 1, 1))
+    # the user's tuned entry for a wins; b still comes from the shipped table
+    tuning.write_table(tuning.user_table_path("h100"), _one_entry_table(a, p_user, MappingParams(3, 3, 1)))
+    assert tuning.choose(a, "h100")[:2] == (p_user, MappingParams(3, 3, 1))
+    assert tuning.choose(b, "h100")[:2] == (p_ship, MappingParams(2, 2, 1))
+    # MEGAWINO_MAPPING replaces both
+    env = tmp_path / "env.json"
+    env.write_text(json.dumps(_one_entry_table(a, p_env, MappingParams(4, 4, 1))))
+    monkeypatch.setenv(tuning.ENV_OVERRIDE, str(env))
+    assert tuning.choose(a, "h100")[:3] == (p_env, MappingParams(4, 4, 1), "tuned")
+    assert tuning.choose(b, "h100")[2] == "nearest"
+    # a broken user table is an error naming it, not a silent fallback
+    monkeypatch.delenv(tuning.ENV_OVERRIDE)
+    tuning.user_table_path("h100").write_text('{"layers": {"x": 1}}')
+    with pytest.raises(ValueError, match=rf"^{tuning.user_table_path('h100')}: layer 'x'"):
+        tuning.choose(a, "h100")
+
+
+def _fake_tune_layer(runtime, spec, **kw):
+    params = TaskParams(tiles_per_group=64)
+    return {"winner": {"params": params, "mapping": MappingParams(5, 6, 1)}, "time_us": 10.0,
+            "default_us": 11.0, "sequential_us": 12.0, "speedup_vs_default": 1.1,
+            "speedup_vs_sequential": 1.2, "candidates_measured": 3, "confirm_rounds": 3,
+            "sequential_order": False, "trace_makespan_us": 9.0, "simulated_makespan_us": 9.5,
+            "simulator_error": 0.05}
+
+
+@pytest.fixture
+def fake_tuner(monkeypatch):
+    from megawino import tune
+    monkeypatch.setattr(tune, "tune_layer", _fake_tune_layer)
+    monkeypatch.setattr(tuning, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    return tune
+
+
+def test_tune_writes_the_user_table_not_the_shipped_one(fake_tuner, monkeypatch, tmp_path):
+    from megawino.resources import mapping_dir
+    shipped = (mapping_dir() / "h100.json").read_bytes()
+    monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "elsewhere.json"))   # never the target
+    specs = [LayerSpec(2, 16, 16, 12, 12), LayerSpec(1, 8, 24, 9, 9)]
+    table = fake_tuner.tune(specs, budget_s=60)
+    path = tuning.user_table_path("h100")
+    assert table["path"] == str(path) and path.parent == user_files.cache_dir()
+    assert (mapping_dir() / "h100.json").read_bytes() == shipped
+    assert not (tmp_path / "elsewhere.json").exists()
+    written = tuning.read_table(path)
+    assert set(written["layers"]) == {s.shape_string for s in specs}
+    assert [p.name for p in path.parent.iterdir()] == ["h100.json"]      # no temporary file left
+    # a second run updates the table it wrote
+    fake_tuner.tune([LayerSpec(1, 8, 8, 8, 8)], budget_s=60)
+    assert len(tuning.read_table(path)["layers"]) == 3
+
+
+@pytest.mark.parametrize("content", ["not json at all", '{"layers": {"x": 1}}', '{"gpu": 1}', ""])
+def test_tune_never_overwrites_a_file_that_is_not_a_table(content, fake_tuner, tmp_path):
+    path = tmp_path / "precious.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=rf"not overwriting {path}: it is not a megawino mapping table"):
+        fake_tuner.tune([LayerSpec(2, 16, 16, 12, 12)], out_path=path, budget_s=60)
+    assert path.read_text() == content
+
+
+def test_tune_replaces_the_table_atomically(fake_tuner, tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    fake_tuner.tune([LayerSpec(2, 16, 16, 12, 12)], out_path=path, budget_s=60)
+    before = path.read_text()
+
+    def crash(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        fake_tuner.tune([LayerSpec(1, 8, 8, 8, 8)], out_path=path, budget_s=60)
+    assert path.read_text() == before                       # the old table, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # and no temporary file
+
+
+# ---- direct tables and tuner -----------------------------------------------------------
+
+_DKEY = "n64c64k64h56w56r1s1p0"
+
+
+def _direct_table(entry=None, **top):
+    entry = {"config": "bm64bn64bk8tm4tn4mb1", "us": 1.0} if entry is None else entry
+    return {"gpu": "h100", "entries": {_DKEY: entry}, **top}
+
+
+BAD_DIRECT_TABLES = [
+    (_direct_table(entry=1), rf"entry '{_DKEY}': expected a JSON object, got int"),
+    (_direct_table(entry={"us": 1.0}), rf"entry '{_DKEY}': missing 'config'"),
+    (_direct_table(entry={"config": "bm64"}), rf"entry '{_DKEY}': not a direct config key: 'bm64'"),
+    (_direct_table(entry={"config": "bm4096bn64bk8tm4tn4mb1"}),
+     rf"entry '{_DKEY}': config 'bm4096bn64bk8tm4tn4mb1': BM = 4096 is outside 1..128"),
+    (_direct_table(entry={"config": "bm64bn64bk8tm4tn4mb1", "speed": 2}), rf"entry '{_DKEY}': unknown key 'speed'"),
+    (_direct_table(entry={"config": "bm64bn64bk8tm4tn4mb1", "us": "1"}), rf"entry '{_DKEY}': 'us' must be"),
+    (_direct_table(entry={"config": "bm64bn64bk8tm4tn4mb1", "measured": [{"us": 1.0}]}),
+     rf"entry '{_DKEY}': 'measured'\[0\]: missing 'config'"),
+    ({"entries": {"conv1": {"config": "bm64bn64bk8tm4tn4mb1"}}}, r"entry 'conv1': shape string 'conv1'"),
+    (_direct_table(extra=1), r"table: unknown key 'extra'"),
+    ({"gpu": "h100"}, r"table: missing 'entries'"),
+]
+
+
+@pytest.mark.parametrize("table, message", BAD_DIRECT_TABLES)
+def test_bad_direct_table_names_file_and_entry(table, message, tmp_path, monkeypatch):
+    import re
+    from megawino import direct
+    (tmp_path / "direct_h100.json").write_text(json.dumps(table))
+    monkeypatch.setattr(direct, "mapping_dir", lambda: tmp_path)
+    spec = LayerSpec(64, 64, 64, 56, 56, 1, 1, padding=0)
+    with pytest.raises(ValueError) as info:
+        direct.heuristic_config(spec)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{tmp_path / 'direct_h100.json'}: "), text
+    assert re.search(message, text), text
+
+
+def test_direct_user_table_takes_precedence(tmp_path, monkeypatch):
+    from megawino import direct
+    from megawino.direct import DirectConfig
+    spec = LayerSpec(64, 64, 64, 56, 56, 1, 1, padding=0)
+    shipped, user = DirectConfig(64, 64, 8, 4, 4, 1), DirectConfig(32, 64, 8, 4, 4, 1)
+    (tmp_path / "direct_h100.json").write_text(json.dumps(_direct_table({"config": shipped.key})))
+    monkeypatch.setattr(direct, "mapping_dir", lambda: tmp_path)
+    assert direct.heuristic_config(spec) == shipped
+    user_files.write_text_atomically(user_files.user_table_path("direct_h100.json"),
+                                     json.dumps(_direct_table({"config": user.key})))
+    assert direct.heuristic_config(spec) == user
+
+
+def _fake_direct_measure(spec, cfg):
+    return 100.0 + cfg.BM / 128
+
+
+def test_direct_tuner_writes_the_user_table(tmp_path, monkeypatch):
+    from megawino import direct
+    from megawino.direct_tune import tune_layers
+    shipped_dir = direct.mapping_dir()
+    before = {p.name: p.read_bytes() for p in shipped_dir.glob("direct_*.json")}
+    spec = LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)
+    table = tune_layers([spec], top=2, budget_s=60, gpu="h100", measure=_fake_direct_measure,
+                        progress=False)
+    path = user_files.user_table_path("direct_h100.json")
+    assert table["path"] == str(path)
+    assert direct.config.parse_direct_table(json.loads(path.read_text()), path)
+    assert {p.name: p.read_bytes() for p in shipped_dir.glob("direct_*.json")} == before
+    assert [p.name for p in path.parent.iterdir()] == ["direct_h100.json"]
+
+
+@pytest.mark.parametrize("content", ["#!/bin/sh\necho hi\n", '{"entries": {"x": 1}}', ""])
+def test_direct_tuner_never_overwrites_a_file_that_is_not_a_table(content, tmp_path):
+    from megawino.direct_tune import tune_layers
+    path = tmp_path / "keep.json"
+    path.write_text(content)
+    calls = []
+    with pytest.raises(ValueError, match=rf"not overwriting {path}: it is not a megawino direct table"):
+        tune_layers([LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)], top=2, out=path,
+                    measure=lambda s, c: calls.append(c) or 1.0, progress=False)
+    assert path.read_text() == content and not calls       # refused before anything was measured
+
+
+def test_tune_refuses_a_directory_as_its_table(fake_tuner, tmp_path):
+    with pytest.raises(ValueError, match=rf"{tmp_path} is not a file"):
+        fake_tuner.tune([LayerSpec(2, 16, 16, 12, 12)], out_path=tmp_path, budget_s=60)

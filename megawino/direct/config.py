@@ -19,8 +19,9 @@ import pathlib
 import re
 
 from ..resources import mapping_dir
-from ..spec import LayerSpec
+from ..spec import LayerSpec, parse_shape
 from ..tasks import round_up
+from ..tuning import check_object
 
 # Tap bits of the gather table (direct_conv.cuh): filter row r is bit r, column s is bit
 # TAP_COL_BIT + s, TAP_SENTINEL marks table rows past C*R*S (every pixel treats it as outside).
@@ -158,6 +159,52 @@ class Hardware:
 
 
 H100 = Hardware()
+
+
+# ---------------------------------------------------------------------------
+# Tuned tables (mapping/direct_<gpu>.json and the user's): schema
+# ---------------------------------------------------------------------------
+
+NHWC_KEY_SUFFIX = "_nhwc"   # a table key is the layer's shape string, plus this for NHWC layers
+DIRECT_TABLE_FIELDS = {"gpu": str, "entries": dict}
+DIRECT_ENTRY_FIELDS = {"config": str, "us": float, "predicted_us": float, "tflops": float,
+                       "measured": list}
+DIRECT_MEASURED_FIELDS = {"config": str, "us": float, "predicted_us": float}
+
+
+def table_config(key: str) -> DirectConfig:
+    """A config key of a table (``bm64bn64bk8tm4tn4mb1``) within the parameter space's bounds."""
+    cfg = DirectConfig.from_key(key)
+    for field, values in GRID.items():
+        value = getattr(cfg, field)
+        if not 1 <= value <= max(values):
+            raise ValueError(f"config {key!r}: {field} = {value} is outside 1..{max(values)}")
+    return cfg
+
+
+def parse_direct_table(data, source) -> dict[str, DirectConfig]:
+    """Layer key -> DirectConfig of a direct table, or a one-line ValueError naming ``source``
+    (the file) and the entry: known keys only, a shape-string key (optionally ``_nhwc``), a
+    config key within GRID's bounds, numbers where the tuner writes numbers."""
+    try:
+        check_object(data, DIRECT_TABLE_FIELDS, ("entries",), "table")
+        out = {}
+        for key, entry in data["entries"].items():
+            where = f"entry {key!r}"
+            check_object(entry, DIRECT_ENTRY_FIELDS, ("config",), where)
+            for i, item in enumerate(entry.get("measured", [])):
+                check_object(item, DIRECT_MEASURED_FIELDS, ("config",), f"{where}: 'measured'[{i}]",
+                              nullable=("us",))
+            try:
+                parse_shape(key.removesuffix(NHWC_KEY_SUFFIX))
+                for item in entry.get("measured", []):
+                    table_config(item["config"])
+                out[key] = table_config(entry["config"])
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        return out
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
 
 
 def structural_ok(cfg: DirectConfig, nhwc: bool = False) -> bool:

@@ -16,8 +16,8 @@ import math
 
 from ..spec import LayerSpec
 from ..tuning import gpu_key
-from .config import (DEFAULT_CONFIG, H100, DirectConfig, Hardware, candidate_configs,
-                     flush_terms, occupancy, resource_ok)
+from .config import (DEFAULT_CONFIG, H100, NHWC_KEY_SUFFIX, DirectConfig, Hardware, candidate_configs,
+                     flush_terms, occupancy, parse_direct_table, resource_ok)
 from ..tasks import round_up
 
 
@@ -141,39 +141,33 @@ gpu_slug = gpu_key   # the direct tables are keyed like the Winograd ones (megaw
 
 
 def mapping_key(spec: LayerSpec) -> str:
-    return spec.shape_string + ("" if spec.layout == "NCHW" else "_nhwc")
+    return spec.shape_string + ("" if spec.layout == "NCHW" else NHWC_KEY_SUFFIX)
 
 
 @functools.lru_cache(maxsize=8)
 def _load_mapping_cached(path: str, mtime: float) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    entries = data.get("entries", data) if isinstance(data, dict) else {}
-    out = {}
-    for key, value in entries.items():
-        try:
-            cfg_data = value["config"] if isinstance(value, dict) and "config" in value else value
-            cfg = DirectConfig.from_key(cfg_data) if isinstance(cfg_data, str) \
-                else DirectConfig.from_dict(cfg_data)
-        except (TypeError, ValueError, KeyError):
-            continue
-        out[key] = cfg
-    return out
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON direct-config table ({err})") from None
+    return parse_direct_table(data, path)
 
 
 def load_mapping(gpu: str = "h100") -> dict[str, DirectConfig]:
-    """Tuned choices from ``mapping/direct_<gpu>.json`` (empty when absent)."""
+    """Tuned choices: ``mapping/direct_<gpu>.json`` (shipped) updated with the user's tuned
+    table (``<cache>/direct_<gpu>.json``, megawino.user_files); a table that breaks the schema
+    is a ValueError naming the file and the entry."""
     # Looked up on the package, so that replacing megawino.direct.mapping_dir (the
     # tests do) moves the tuned tables, as it did when this was one module.
     from . import mapping_dir
+    from ..user_files import user_table_path
 
-    path = mapping_dir() / f"direct_{gpu}.json"
-    if not path.is_file():
-        return {}
-    try:
-        return dict(_load_mapping_cached(str(path), path.stat().st_mtime))
-    except (OSError, ValueError):
-        return {}
+    out: dict[str, DirectConfig] = {}
+    for path in (mapping_dir() / f"direct_{gpu}.json", user_table_path(f"direct_{gpu}.json")):
+        if path.is_file():
+            out.update(_load_mapping_cached(str(path), path.stat().st_mtime))
+    return out
 
 
 def heuristic_config(spec: LayerSpec, gpu: str = "h100", hw: Hardware = H100) -> DirectConfig:

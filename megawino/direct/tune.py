@@ -3,8 +3,9 @@
 ``tune_layers(specs, top=12, budget_s=280)`` ranks each layer's candidates with
 :func:`megawino.direct.rank`, compiles and times the ``top`` best with CUDA
 events (kernel only: packed filters, gather table and output are prepared once),
-keeps the fastest, and writes ``mapping/direct_<gpu>.json`` (merged with what is
-there), which :func:`megawino.direct.heuristic_config` reads.  A rich progress
+keeps the fastest, and writes the user's ``<cache>/direct_<gpu>.json`` (merged with what is
+there; :mod:`megawino.user_files`), which :func:`megawino.direct.heuristic_config` reads
+before the shipped ``mapping/direct_<gpu>.json``.  A rich progress
 bar shows the layer and the candidate; past ``budget_s`` the remaining layers keep
 the model's first choice, unmeasured.
 
@@ -25,7 +26,8 @@ from typing import Callable, Iterable
 
 from .. import direct   # through the package, as callers see it (megawino.direct.<name>)
 from ..spec import LayerSpec
-from .config import DirectConfig
+from ..user_files import write_text_atomically
+from .config import DirectConfig, parse_direct_table
 
 __all__ = ["measure_config", "tune_layers", "layers_for", "main"]
 
@@ -81,9 +83,25 @@ def _prepare(spec: LayerSpec):
 
 
 def _default_out(gpu: str) -> Path:
-    from ..resources import mapping_dir
+    """The user's tuned direct table (the shipped ``mapping/direct_<gpu>.json`` is read-only)."""
+    from ..user_files import user_table_path
 
-    return mapping_dir() / f"direct_{gpu}.json"
+    return user_table_path(f"direct_{gpu}.json")
+
+
+def _entries_for_update(path: Path) -> dict:
+    """The entries of the direct table at ``path`` ({} without a file); a file there that is not
+    a direct table is a ValueError, so the tuner never overwrites it."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        parse_direct_table(data, path)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        reason = str(err).removeprefix(f"{path}: ")
+        raise ValueError(f"not overwriting {path}: it is not a megawino direct table ({reason}); "
+                         f"pass another --out") from None
+    return data["entries"]
 
 
 def tune_layers(specs: Iterable[LayerSpec], top: int = 12, budget_s: float = 280.0,
@@ -93,10 +111,15 @@ def tune_layers(specs: Iterable[LayerSpec], top: int = 12, budget_s: float = 280
     """Measure the ``top`` model-ranked configs of each distinct layer; return and
     (``write``) save ``{"gpu", "entries": {mapping_key: {...}}}``.
 
+    ``out`` defaults to the user's tuned table (``<cache>/direct_<gpu>.json``,
+    megawino.user_files); it is written atomically, and a file there that is not a direct table
+    is a ValueError before anything is measured.
     ``measure(spec, cfg) -> microseconds`` replaces the GPU timing (tests use it)."""
     specs = list(dict.fromkeys(s.with_(name="") for s in specs))   # distinct shapes
     if gpu is None:
         gpu = direct._current_gpu() if measure is None else "test"
+    path = Path(out) if out is not None else _default_out(gpu)
+    old = _entries_for_update(path) if write else {}
     if measure is None:
         cache: dict = {}
 
@@ -154,16 +177,9 @@ def tune_layers(specs: Iterable[LayerSpec], top: int = 12, budget_s: float = 280
 
     table = {"gpu": gpu, "entries": entries}
     if write:
-        path = Path(out) if out is not None else _default_out(gpu)
-        old = {}
-        if path.is_file():
-            try:
-                old = json.loads(path.read_text()).get("entries", {})
-            except (OSError, ValueError):
-                old = {}
         merged = {"gpu": gpu, "entries": {**old, **entries}}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+        parse_direct_table(merged, path)
+        write_text_atomically(path, json.dumps(merged, indent=1, sort_keys=True) + "\n")
         direct._load_mapping_cached.cache_clear()
         table["path"] = str(path)
     table["elapsed_s"] = round(time.perf_counter() - t0, 2)
@@ -195,7 +211,9 @@ def main(argv=None) -> int:
                         help="configs measured per layer, best by the model first (top 4 missed "
                              "2-7%% on five suite layers: bench/NOTES.md 17)")
     parser.add_argument("--budget", type=float, default=280.0, help="seconds")
-    parser.add_argument("--out", default=None, help="JSON path (default mapping/direct_<gpu>.json)")
+    parser.add_argument("--out", default=None,
+                        help="JSON path (default: direct_<gpu>.json in $MEGAWINO_CACHE_DIR, else "
+                             "$XDG_CACHE_HOME/megawino, else ~/.cache/megawino)")
     args = parser.parse_args(argv)
     specs = layers_for(args.network, args.suite, args.batch, args.layout)
     table = tune_layers(specs, top=args.top, budget_s=args.budget, out=args.out)

@@ -1,0 +1,105 @@
+"""The workload bench/sanitize.sh runs under compute-sanitizer: a few small layers with odd sizes,
+both Winograd algorithms (megakernel, nonfused), m = 2 and 4, both layouts, odd task sizes and
+both GEMM arithmetics, each launched twice (the second launch runs on the scheduler state the
+first one reset) and checked against a float64 direct convolution.
+
+``python bench/sanitize_driver.py [--list]``: one line per case, ``driver: ok ...`` or
+``driver: FAILED ...``; exit 1 if any case fails.  CuPy's memory pool is turned off, so every
+buffer is its own allocation and memcheck sees exact bounds.  The megakernel's watchdog limit
+is the runtime's ``$MEGAWINO_WATCHDOG_S``, set to 600 s here when unset: under the sanitizer a
+wait takes far longer than the usual limit.
+"""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+try:
+    import megawino  # noqa: F401
+except ImportError:       # run from a checkout without installing
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from megawino.spec import LayerSpec  # noqa: E402
+from megawino.tasks import TaskParams  # noqa: E402
+from megawino.winograd import direct_conv_nchw, rel_l2  # noqa: E402
+from megawino.winograd_plan import ENV_WATCHDOG  # noqa: E402
+
+SANITIZER_WATCHDOG_S = "600"
+# Relative L2 error that says the run did its work (the tests hold tighter bounds; here the
+# point is memory and synchronisation errors).
+TOLERANCE = 1e-4
+ODD_PARAMS = TaskParams(m=4, tiles_per_group=128, input_channels_per_task=20, gemm_k_per_task=36,
+                        output_k_per_task=12, filter_pairs_per_task=100, input_tiles_per_task=32,
+                        output_tiles_per_task=16)
+
+# (layer, algo, m, task params (None: the table / heuristic), gemm_math)
+CASES = [
+    (LayerSpec(1, 13, 11, 9, 7), "megakernel", 4, None, "3xtf32"),
+    (LayerSpec(1, 13, 11, 9, 7), "nonfused", 4, None, "3xtf32"),
+    (LayerSpec(2, 33, 20, 7, 10, padding=0, layout="NHWC"), "megakernel", 2, None, "3xtf32"),
+    (LayerSpec(2, 33, 20, 7, 10, padding=0, layout="NHWC"), "nonfused", 2, None, "3xtf32"),
+    (LayerSpec(1, 5, 3, 5, 5, padding=2), "megakernel", 2, None, "ffma"),
+    (LayerSpec(1, 5, 3, 5, 5, padding=2), "nonfused", 4, None, "ffma"),
+    (LayerSpec(2, 40, 44, 13, 11), "megakernel", 4, ODD_PARAMS, "3xtf32"),
+    (LayerSpec(2, 40, 44, 13, 11, layout="NHWC"), "nonfused", 4, ODD_PARAMS, "ffma"),
+]
+
+
+def describe(case) -> str:
+    spec, algo, m, params, gemm_math = case
+    sizes = "odd task sizes" if params is not None else "default task sizes"
+    return f"{spec.describe()} {spec.layout} {algo} m={m} {gemm_math} {sizes}"
+
+
+def run_case(case, rng) -> float:
+    """Relative L2 error of the second of two launches against float64."""
+    import cupy
+    import megawino
+    from megawino.task_sizes import default_params
+    spec, algo, m, params, gemm_math = case
+    params = params if params is not None else default_params(spec, m)
+    plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math)
+    x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32)
+    w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    x_layout = x if spec.layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    xd, wd = cupy.asarray(x_layout), cupy.asarray(w)
+    for _ in range(2):
+        out = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)
+        plan(xd, wd, out=out, check=True)
+        plan.check()                         # waits: the calls are asynchronous
+    y = out.get()
+    y = y if spec.layout == "NCHW" else y.transpose(0, 3, 1, 2)
+    return rel_l2(y, direct_conv_nchw(x, w, 1, spec.padding))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print the cases and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for i, case in enumerate(CASES):
+            print(f"{i}: {describe(case)}")
+        return 0
+    import cupy
+    cupy.cuda.set_allocator(None)            # no pool: memcheck sees each buffer's bounds
+    os.environ.setdefault(ENV_WATCHDOG, SANITIZER_WATCHDOG_S)
+    print(f"driver: watchdog {os.environ[ENV_WATCHDOG]} s per wait, {len(CASES)} cases", flush=True)
+    rng = np.random.default_rng(0)
+    failed = 0
+    for i, case in enumerate(CASES):
+        try:
+            err = run_case(case, rng)
+            ok = err < TOLERANCE             # False for NaN (an unwritten output)
+            why = f"rel. L2 error {err:.2e}"
+        except Exception as exc:             # a launch error or the watchdog
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        failed += not ok
+        print(f"driver: {'ok' if ok else 'FAILED'} case {i}: {describe(case)}: {why}", flush=True)
+    print(f"driver: {len(CASES) - failed}/{len(CASES)} cases ok", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
