@@ -1,0 +1,62 @@
+"""Where the host time of one small megawino call goes (GPU): per-call host µs of variants of
+the call on a tiny cached layer, the GPU time per call in a burst, and a cProfile of the
+slowest variant."""
+from __future__ import annotations
+
+import cProfile
+import pstats
+import time
+
+import cupy as cp
+import torch
+
+import megawino
+from megawino import runtime, workspace
+
+
+def host_us(fn, calls=1000):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+
+
+def main():
+    x = torch.randn(1, 16, 8, 8, device="cuda")
+    w = torch.randn(16, 16, 3, 3, device="cuda")
+    y = torch.empty(1, 16, 8, 8, device="cuda")
+    xc, wc, yc = cp.from_dlpack(x), cp.from_dlpack(w), cp.from_dlpack(y)
+    rows = {}
+    rows["F.conv2d"] = host_us(lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))
+    rows["cupy.from_dlpack x3"] = host_us(lambda: (cp.from_dlpack(x), cp.from_dlpack(w), cp.from_dlpack(y)))
+    for algo in ("megakernel", "nonfused", "direct"):
+        rows[f"{algo} out= token"] = host_us(lambda: runtime.conv2d(xc, wc, 1, 1, algo=algo, out=yc, weight_token=1))
+        rows[f"{algo} out= token check=False"] = host_us(
+            lambda: runtime.conv2d(xc, wc, 1, 1, algo=algo, out=yc, weight_token=1, check=False))
+    rows["megakernel no out, cupy alloc"] = host_us(lambda: runtime.conv2d(xc, wc, 1, 1, algo="megakernel", weight_token=1))
+    p = runtime.plan(megawino.LayerSpec(1, 16, 16, 8, 8))
+    rows["plan() direct call, token"] = host_us(lambda: p(xc, wc, out=yc, weight_token=1))
+    rows["plan() direct call, no token"] = host_us(lambda: p(xc, wc, out=yc))
+    workspace.set_allocator(lambda n: cp.from_dlpack(torch.empty(n, dtype=torch.uint8, device="cuda")))
+    rows["megakernel no out, torch alloc"] = host_us(lambda: runtime.conv2d(xc, wc, 1, 1, algo="megakernel", weight_token=1))
+    workspace.set_allocator(None)
+    megawino.synchronize()
+    for name, (h, t) in rows.items():
+        print(f"{name:45s} host {h:8.1f} us   with GPU {t:8.1f} us")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        runtime.conv2d(xc, wc, 1, 1, algo="megakernel", out=yc, weight_token=1)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+
+
+if __name__ == "__main__":
+    main()
