@@ -130,11 +130,13 @@ def _plan_cache_limit() -> int:
 
 
 PLANS = _PlanCache()
+_RESOLVED: dict = {}       # conv2d's arguments -> (LayerSpec, algorithm): the per-call fast path
 
 
 def clear_cache() -> None:
     """Free the cached plans (their workspaces) and the prepared weights."""
     PLANS.clear()
+    _RESOLVED.clear()
     weights.CACHE.clear()
 
 
@@ -221,19 +223,28 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
     for name, arr in (("x", x), ("w", w)):
         if arr.dtype != np.float32:
             raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
-    device = cupy.cuda.Device().id
+    device = cupy.cuda.runtime.getDevice()
     if x.device.id != device or w.device.id != device:
         raise ValueError(f"x is on device {x.device.id} and w on device {w.device.id}, the current "
                          f"device is {device}")
-    n, c, h, wd = x.shape if layout == "NCHW" else (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
-    k, c2, r, s = w.shape
-    if c2 != c:
-        raise ValueError(f"x has C={c} channels but w expects C={c2}")
-    spec = LayerSpec(int(n), int(c), int(k), int(h), int(wd), int(r), int(s), stride, padding, layout)
+    key = (device, x.shape, w.shape, stride, padding, layout, algo, gemm_math)
+    resolved = _RESOLVED.get(key)
+    if resolved is None:
+        n, c, h, wd = x.shape if layout == "NCHW" else (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
+        k, c2, r, s = w.shape
+        if c2 != c:
+            raise ValueError(f"x has C={c} channels but w expects C={c2}")
+        spec = LayerSpec(int(n), int(c), int(k), int(h), int(wd), int(r), int(s), stride, padding, layout)
+    else:
+        spec, algo = resolved
     if out is not None:
         out = as_cupy(out, "out")
         check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
-    if algo == "auto":
-        algo = choose_algo(spec, gemm_math)
+    if resolved is None:
+        if algo == "auto":
+            algo = choose_algo(spec, gemm_math)
+        if len(_RESOLVED) >= 4096:
+            _RESOLVED.clear()
+        _RESOLVED[key] = (spec, algo)
     p = PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
     return p(x, w, out=out, check=check, weight_token=weight_token)

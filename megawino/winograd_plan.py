@@ -307,9 +307,9 @@ class Plan:
         watchdog fired (its status already arrived); ``weight_token``: see megawino.weights."""
         cupy = cupy_module()
         spec = self.spec
-        if cupy.cuda.Device().id != self.device:
+        if cupy.cuda.runtime.getDevice() != self.device:
             raise ValueError(f"this plan was made on device {self.device}, the current device is "
-                             f"{cupy.cuda.Device().id}")
+                             f"{cupy.cuda.runtime.getDevice()}")
         check_array(cupy, "x", x, spec.input_shape, self.device)
         check_array(cupy, "w", w, spec.weight_shape, self.device)
         if out is None:

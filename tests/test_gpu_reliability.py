@@ -196,6 +196,6 @@ def test_invalid_mapping_is_refused_before_anything_runs(algo):
         assert "\n" not in str(info.value), what
         cp.cuda.Device().synchronize()
         assert bool(cp.isnan(out).all()), f"{what}: a kernel wrote the output"
-        assert pool.used_bytes() == used, f"{what}: the refused plan allocated device memory"
+        assert pool.used_bytes() <= used, f"{what}: the refused plan allocated device memory"
     with pytest.raises(ValueError, match=r"mapping parameter DIG must be an integer in 0\.\.2147483647"):
         megawino.plan(spec, mapping=mapping_mod.MappingParams(dig=-1))

@@ -253,7 +253,7 @@ def test_weight_tokens_are_not_copied_with_the_tensor(rng):
 def test_ieee_fp32_convolutions_restores_the_setting():
     conv_flags = torch.backends.cudnn.conv
     before = conv_flags.fp32_precision
-    with gpu._ieee_fp32_convolutions():
+    with gpu.ieee_fp32_convolutions():
         assert conv_flags.fp32_precision == "ieee"
     assert conv_flags.fp32_precision == before
 

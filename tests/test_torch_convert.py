@@ -253,3 +253,31 @@ def test_bench_models_helpers():
     for bad in (["--models", "alexnet"], ["--batches", "0"], ["--batches", "x"], ["--reps", "0"]):
         with pytest.raises(SystemExit):
             models.parse_args(bad)
+
+
+def test_a_layer_that_ran_pytorch_takes_the_short_path_next_time(monkeypatch):
+    """After the measured choice sends a layer to PyTorch, the next call with the same input
+    signature skips megawino's checks; a new signature goes through them again."""
+    import torch
+    import megawino.torch as mwt
+    from megawino.torch import modules
+    conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+    mwt.convert(conv, backend="cpu", verbose=False)
+    calls = []
+    real = modules.conv2d_with_algo
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        out, _ = real(*args, **kwargs)
+        return out, "pytorch"
+    monkeypatch.setattr(modules, "conv2d_with_algo", counting)
+    x = torch.randn(2, 3, 6, 6)
+    with torch.inference_mode():
+        first = conv(x)
+        second = conv(x)
+        third = conv(torch.randn(1, 3, 6, 6))
+    assert len(calls) == 2                      # the second call took the short path
+    assert torch.allclose(first, second)
+    assert third.shape == (1, 5, 6, 6)
+    ref = torch.nn.functional.conv2d(x, conv.weight, conv.bias, 1, 1)
+    assert torch.allclose(second, ref, rtol=1e-5, atol=1e-5)

@@ -72,9 +72,9 @@ class DirectPlan:
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
         cupy = cupy_module()
         spec = self.spec
-        if cupy.cuda.Device().id != self.device:
+        if cupy.cuda.runtime.getDevice() != self.device:
             raise ValueError(f"this plan was made on device {self.device}, the current device is "
-                             f"{cupy.cuda.Device().id}")
+                             f"{cupy.cuda.runtime.getDevice()}")
         check_array(cupy, "x", x, spec.input_shape, self.device)
         check_array(cupy, "w", w, spec.weight_shape, self.device)
         if out is None:

@@ -98,8 +98,10 @@ def _torch_workspace(nbytes: int):
     """The runtime's workspace allocator: bytes from torch's caching allocator (so workspaces
     made while a CUDA graph is captured come from the graph's pool)."""
     import cupy
-    device = torch.device("cuda", cupy.cuda.Device().id)
-    return cupy.from_dlpack(torch.empty(int(nbytes), dtype=torch.uint8, device=device))
+    index = cupy.cuda.Device().id
+    tensor = torch.empty(int(nbytes), dtype=torch.uint8, device=torch.device("cuda", index))
+    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), int(nbytes), tensor, index)
+    return cupy.ndarray((int(nbytes),), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
 
 
 @functools.cache
@@ -113,7 +115,7 @@ def _gpu():
 
 
 @contextlib.contextmanager
-def _ieee_fp32_convolutions():
+def ieee_fp32_convolutions():
     """cuDNN convolutions in IEEE fp32 (no TF32) inside, the user's setting restored after;
     through the per-operator flag where torch has it (mixing it with the legacy one is an error)."""
     conv_flags = getattr(torch.backends.cudnn, "conv", None)
@@ -222,7 +224,7 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
 
     def run(name: str) -> torch.Tensor:
         if name == "pytorch":
-            with _ieee_fp32_convolutions():
+            with ieee_fp32_convolutions():
                 return F.conv2d(x, weight, None, stride, padding)
         # Allocated by torch (its caching allocator, the graph's pool under capture).
         out = torch.empty((n, k, layer.spec.out_h, layer.spec.out_w), dtype=torch.float32,

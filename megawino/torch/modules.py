@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_NOTES, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
+from .gpu import ieee_fp32_convolutions
 
 __all__ = ["MegawinoConv2d", "convert", "report", "unsupported_reason", "ConvertReport", "LayerRow"]
 
@@ -70,12 +72,20 @@ class MegawinoConv2d(nn.Conv2d):
         self.megawino_input_shape: tuple[int, ...] | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        # A layer whose measured choice is PyTorch goes straight there: at batch 1 the host
+        # time of the checks would otherwise cost more than the convolution.
+        signature = (input.shape, input.device, input.dtype, input.is_contiguous(), input.requires_grad,
+                     self.weight.requires_grad, torch.is_grad_enabled())
+        if self.__dict__.get("_megawino_pytorch_signature") == signature:
+            with ieee_fp32_convolutions():
+                return F.conv2d(input, self.weight, self.bias, self.stride, self.padding)
         out, algo = conv2d_with_algo(
             input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
             backend=self.megawino_backend, algo=self.megawino_request, gemm_math=self.megawino_gemm_math)
         shape = tuple(input.shape)
         if algo != self.megawino_algo or shape != self.megawino_input_shape:   # nn.Module's setattr is slow
             self.megawino_algo, self.megawino_input_shape = algo, shape
+        self.__dict__["_megawino_pytorch_signature"] = signature if algo == "pytorch" else None
         return out
 
     def extra_repr(self) -> str:
