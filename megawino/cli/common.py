@@ -72,8 +72,11 @@ class OutputFile:
             raise ValueError(f"{option} {path}: directory {parent} does not exist")
         if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
             raise ValueError(f"{option} {path}: not writable")
-        self._handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=parent,
-                                                   prefix=".megawino-", suffix=".tmp", delete=False)
+        try:
+            self._handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=parent,
+                                                       prefix=".megawino-", suffix=".tmp", delete=False)
+        except OSError as exc:
+            raise ValueError(f"{option} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
 
     def write_text(self, text: str) -> None:
         with self._handle as fh:
