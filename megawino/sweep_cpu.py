@@ -181,6 +181,7 @@ def estimate_cpu(specs) -> CpuEstimate:
         return CpuEstimate(math.inf, peak)
     if sum(s.direct_flops for s in specs) < QUICK_FLOPS:
         return CpuEstimate(None, peak)
+    probe_seconds(LayerSpec(1, 8, 8, 8, 8))      # warm-up: first-use costs stay out of the estimate
     seconds: dict = {}
     for s in specs:
         key = s.with_(name="")

@@ -332,3 +332,16 @@ def test_suite_ships_with_the_package(tmp_path):
     if shared.is_file():
         shipped = REPO / "megawino" / "data" / "suite_layers.json"
         assert json.loads(shipped.read_text()) == json.loads(shared.read_text())
+
+
+def test_output_file_written_whole_with_the_usual_mode(tmp_path):
+    from megawino.cli.common import OutputFile
+    target = tmp_path / "result.json"
+    output = OutputFile(str(target), "--json")
+    assert not target.exists()                       # nothing there until the work is done
+    output.write_text('{"ok": 1}\n')
+    umask = os.umask(0)
+    os.umask(umask)
+    assert json.loads(target.read_text()) == {"ok": 1}
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]

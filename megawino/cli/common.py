@@ -81,6 +81,11 @@ class OutputFile:
     def write_text(self, text: str) -> None:
         with self._handle as fh:
             fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        # the temporary file is private (0600); the result gets a new file's usual mode
+        mode = os.stat(self.path).st_mode & 0o777 if os.path.exists(self.path) else 0o666 & ~umask
+        os.chmod(fh.name, mode)
         os.replace(fh.name, self.path)
 
     def discard(self) -> None:

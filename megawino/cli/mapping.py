@@ -12,7 +12,7 @@ from rich.text import Text
 from .common import DEFAULT_LAYER_BATCH, non_negative_int, positive_int, resolve_layer
 
 # Graphs above this many tasks are refused before they are built: the mapping builder and
-# the simulator take one Python step per ticket (the largest suite layer has about 60,000).
+# the simulator take one Python step per ticket (the largest suite layer has about 31,000).
 MAX_TASKS = 1_000_000
 STRIP_LINES = 6               # the mapping strip: at most this many lines of the terminal
 TYPE_LETTERS = "FIGO"
