@@ -42,8 +42,8 @@ import numpy as np
 
 from .networks import NetworkLayer, network_layers
 from .spec import LayerSpec
-from .sweep_cpu import (CPU_MAX_RUNS, CpuEstimate, _from_layout, _to_layout,  # noqa: F401 (sweep_gpu)
-                        direct_conv_float32, estimate_cpu, rel_error_cpu, run_layer_cpu)
+from .sweep_cpu import (CPU_MAX_RUNS, CpuEstimate, direct_conv_float32, estimate_cpu, rel_error_cpu,
+                        run_layer_cpu)
 from .sweep_gpu import gpu_info, gpu_runtime, gpu_status, run_layer_gpu
 
 __all__ = [

@@ -154,21 +154,31 @@ class CpuEstimate:
         return f"about {minutes} and {memory}"
 
 
-def probe_seconds(spec: LayerSpec) -> float:
-    """Estimated seconds of one CPU sweep layer (one run plus the float64 reference): one
-    image at most PROBE_SIDE pixels square is timed, and scaled by images and output pixels."""
+def _run_seconds(spec: LayerSpec) -> float:
+    """Wall seconds of one run of ``spec`` and its float64 reference."""
     from .sweep import random_inputs
-    probe = spec.with_(N=1, H=min(spec.H, PROBE_SIDE), W=min(spec.W, PROBE_SIDE))
-    x, w = random_inputs(probe, np.random.default_rng(0))
+    x, w = random_inputs(spec, np.random.default_rng(0))
     t0 = time.perf_counter()
-    if probe.winograd_eligible:
+    if spec.winograd_eligible:
         from .executor import run_in_batches
-        y = _from_layout(run_in_batches(probe, _to_layout(x, probe.layout, np), w), probe.layout, np)
+        y = _from_layout(run_in_batches(spec, _to_layout(x, spec.layout, np), w), spec.layout, np)
     else:
-        y = _direct_in_batches(x, w, probe, np.float32)
-    rel_error_cpu(y, x, w, probe)
-    elapsed = time.perf_counter() - t0
-    return elapsed * spec.N * (spec.out_h * spec.out_w) / (probe.out_h * probe.out_w)
+        y = _direct_in_batches(x, w, spec, np.float32)
+    rel_error_cpu(y, x, w, spec)
+    return time.perf_counter() - t0
+
+
+def probe_seconds(spec: LayerSpec) -> float:
+    """Estimated seconds of one CPU sweep layer (one run plus the float64 reference): one and
+    two images at most PROBE_SIDE pixels square are timed; the second image's time (the first
+    also pays the per-layer work, the filter transform) scales with the images, and both
+    scale with the output pixels."""
+    small = spec.with_(N=1, H=min(spec.H, PROBE_SIDE), W=min(spec.W, PROBE_SIDE))
+    one = _run_seconds(small)
+    per_image = _run_seconds(small.with_(N=2)) - one if spec.N > 1 else 0.0
+    per_image = max(per_image, one / 8)     # timing noise must not make images free
+    pixels = (spec.out_h * spec.out_w) / (small.out_h * small.out_w)
+    return (one + per_image * (spec.N - 1)) * pixels
 
 
 def estimate_cpu(specs) -> CpuEstimate:

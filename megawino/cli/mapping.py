@@ -195,8 +195,8 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
                        "tickets: more time for the parent to finish before the child waits). "
                        "(DIG d, n below): the mapping's target distance d for GEMM tasks (DGO "
                        "for output tasks) and how many tasks sit closer than d; relaxed "
-                       "placements: tasks the builder had to place below their target because "
-                       "no other task was ready", style="dim"))
+                       "placements: tasks the builder placed below their target because no "
+                       "other task was left to put in between", style="dim"))
 
     ordered = types[np.asarray(mapping.order)]
     lines, per = _strip_lines(ordered, out.width)
