@@ -324,12 +324,14 @@ def test_console_without_utf8_gets_ascii(argv):
 def test_suite_ships_with_the_package(tmp_path):
     """The suite loads from a directory with no shared/ beside it (and matches shared/'s
     copy where there is one)."""
-    code = "from megawino.suite import load_suite; print(len(load_suite()), len(load_suite(suite='direct')))"
+    code = ("from megawino.suite import load_suite, suite_path; "
+            "print(len(load_suite()), len(load_suite(suite='direct')), suite_path())")
     env = _env()
     env.pop("MEGAWINO_SUITE", None)
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout.split() == ["18", "10"], proc.stderr
+    assert proc.returncode == 0 and proc.stdout.split()[:2] == ["18", "10"], proc.stderr
+    assert pathlib.Path(proc.stdout.split()[2]) == REPO / "megawino" / "data" / "suite_layers.json"
     shared = REPO.parent / "shared" / "suite" / "layers.json"
     if shared.is_file():
         shipped = REPO / "megawino" / "data" / "suite_layers.json"

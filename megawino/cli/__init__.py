@@ -3,6 +3,7 @@
 Commands::
 
     megawino layers NETWORK      conv layers of a network (shapes, counts, FLOPs)
+    megawino tune TARGET         tune mappings and task sizes on the GPU
     megawino sweep NETWORK       run and check each layer; time, error, TFLOP/s
     megawino mapping LAYER       task counts and the ticket order of one layer
     megawino timeline LAYER      simulated (or measured) timeline of one layer
