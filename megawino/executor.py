@@ -87,7 +87,8 @@ def images_per_batch(spec: LayerSpec, params: TaskParams | None = None, m: int =
                      memory_budget: int = DEFAULT_MEMORY_BUDGET) -> int:
     """The most images of ``spec`` (at least one) whose U, V, M and y fit ``memory_budget``
     bytes (``params``: task sizes, default the heuristic's for each batch)."""
-    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1:
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer)) \
+            or memory_budget < 1:
         raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     low, high = 1, spec.N          # buffer bytes grow with the images of a batch: bisect
     while low < high:
@@ -135,7 +136,7 @@ def conv2d_cpu(x: np.ndarray, w: np.ndarray, padding: int = 1, stride: int = 1, 
     graph instead."""
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"layout must be NCHW or NHWC, got {layout!r}")
-    if isinstance(stride, bool) or stride != 1:
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride != 1:
         raise ValueError(f"conv2d_cpu runs Winograd at stride 1 only, got stride={stride!r} "
                          "(megawino.sweep.direct_conv_float32 is the CPU path for other strides)")
     x, w = np.asarray(x), np.asarray(w)

@@ -124,8 +124,9 @@ def test_version_flag_and_lazy_exports():
 def test_conv2d_cpu_stride_and_shapes_refused():
     x = np.ones((1, 2, 8, 8), np.float32)
     w = np.ones((3, 2, 3, 3), np.float32)
-    with pytest.raises(ValueError, match="stride 1 only"):
-        megawino.conv2d_cpu(x, w, stride=2)
+    for stride in (2, 1.0, True):
+        with pytest.raises(ValueError, match="stride 1 only"):
+            megawino.conv2d_cpu(x, w, stride=stride)
     with pytest.raises(ValueError, match="3x3"):
         megawino.conv2d_cpu(x, np.ones((3, 2, 5, 5), np.float32), padding=2)
     with pytest.raises(ValueError, match="float32"):
@@ -278,6 +279,8 @@ def test_unexpected_errors_one_line_and_debug(monkeypatch, capsys):
     assert "rerun with --debug" in err
     with pytest.raises(RuntimeError, match="broke"):
         main(["--debug", "layers", "vgg16"])
+    with pytest.raises(RuntimeError, match="broke"):
+        main(["layers", "vgg16", "--debug"])
     for exc, code, text in ((MemoryError(), 2, "out of memory"), (KeyboardInterrupt(), 130, "interrupted"),
                             (PermissionError(13, "Permission denied", "/x.json"), 2,
                              "Permission denied: /x.json")):

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "without a GPU).")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true",
-                        help="show the Python traceback of an unexpected error")
+                        help="raise errors with their Python traceback (anywhere on the line)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     for command in (layers, tune, sweep, mapping, timeline, info):   # the order of --help
@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None, console: Console | None = None,
     a refused run, 3 an unexpected error, 130 interrupted).  Every failure is one line on
     stderr; ``--debug`` raises unexpected errors with their traceback instead."""
     err = err_console if err_console is not None else Console(file=console_stream(sys.stderr))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv                 # taken anywhere on the line, not only first
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args([a for a in argv if a != "--debug"])
     except SystemExit as exc:          # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     except UsageError as exc:
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None, console: Console | None = None,
         _error(err, "interrupted")
         return 130
     except Exception as exc:
-        if args.debug:
+        if debug:
             raise
         if isinstance(exc, MemoryError):
             _error(err, f"out of memory ({exc or 'the arrays do not fit'}); try a smaller --batch")
