@@ -1,19 +1,32 @@
 """megawino: Winograd F(4x4,3x3) convolution in one persistent CUDA megakernel.
 
-Importing megawino never touches CUDA; the GPU runtime loads on first use.
+Importing megawino never touches CUDA (nor needs CuPy); the GPU runtime loads on
+first use of :func:`conv2d` / :func:`plan`, the CPU executor on first use of
+:func:`conv2d_cpu`.
 """
 from __future__ import annotations
 
 from .spec import LayerSpec, parse_shape
 
-__version__ = "0.1.0"
-__all__ = ["LayerSpec", "parse_shape", "conv2d", "plan", "gpu_available", "synchronize", "clear_cache", "__version__"]
+__version__ = "0.1.0"     # the one place the version is written (pyproject.toml reads it)
 
-_RUNTIME_NAMES = {"conv2d", "plan", "Plan", "gpu_available", "synchronize", "clear_cache"}
+# Lazy exports: name -> the module that defines it (imported on first access).
+_LAZY = {"conv2d": "runtime", "plan": "runtime", "Plan": "runtime", "gpu_available": "runtime",
+         "synchronize": "runtime", "clear_cache": "runtime", "conv2d_cpu": "executor"}
+
+__all__ = ["LayerSpec", "parse_shape", "__version__", *_LAZY]
 
 
 def __getattr__(name):
-    if name in _RUNTIME_NAMES:
-        from . import runtime
-        return getattr(runtime, name)
+    if name in _LAZY:
+        import importlib
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise AttributeError(f"megawino.{_LAZY[name]} has no {name!r} in this version") from None
     raise AttributeError(f"module 'megawino' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

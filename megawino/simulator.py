@@ -198,6 +198,7 @@ class CostModel:
     # How far a ticket's SM sibling follows the simulated schedule (0: decorrelated by jitter,
     # expected_overlap; 1: the simulated sibling's own tasks), fitted by calibrate.
     sibling_weight: float = 0.0
+    device: str = "H100 SXM"     # the GPU whose ceilings the defaults are (said in the CLI)
 
     @property
     def workers(self) -> int:

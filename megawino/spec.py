@@ -131,6 +131,8 @@ def parse_shape(text: str, layout: str = "NCHW") -> LayerSpec:
     for key, number in pairs:
         if key not in _SHAPE_KEYS:
             raise ValueError(f"shape string {text!r}: unknown field {key!r}")
+        if _SHAPE_KEYS[key] in values:
+            raise ValueError(f"shape string {text!r} gives {key!r} twice")
         values[_SHAPE_KEYS[key]] = int(number)
     missing = [f for f in ("N", "C", "K", "H") if f not in values]
     if missing:

@@ -1,49 +1,39 @@
-"""The benchmark suite file (``shared/suite/layers.json``): where it is, its layers as
-:class:`~megawino.spec.LayerSpec`, and picking layers of it by name."""
+"""The benchmark suite file: where it is, its layers as :class:`~megawino.spec.LayerSpec`,
+and picking layers of it by name.  The suite ships with the package
+(``megawino/data/suite_layers.json``); another file can be passed as a path or through
+``$MEGAWINO_SUITE``."""
 from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 from .spec import LayerSpec
 
-__all__ = ["suite_path", "load_suite", "select_specs"]
+__all__ = ["suite_path", "load_suite", "select_specs", "SHIPPED_SUITE"]
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-_SUITE_RELATIVE = Path("shared") / "suite" / "layers.json"
-
-
-def _suite_candidates() -> list[Path]:
-    cwd = Path.cwd()
-    return [_REPO_ROOT.parent / _SUITE_RELATIVE, _REPO_ROOT / _SUITE_RELATIVE,
-            cwd.parent / _SUITE_RELATIVE, cwd / _SUITE_RELATIVE]
+SHIPPED_SUITE = "suite_layers.json"      # in the megawino.data package
 
 
-def suite_path(path: str | os.PathLike | None = None) -> Path:
-    """Where the suite file is: ``path`` if given, else ``$MEGAWINO_SUITE``, else
-    ``../shared/suite/layers.json`` relative to the repo root, then to the cwd (also
-    ``shared/suite/layers.json`` inside each).  A directory means its layers.json."""
+def suite_path(path: str | os.PathLike | None = None):
+    """Where the suite file is: ``path`` if given, else ``$MEGAWINO_SUITE``, else the
+    suite shipped in the package.  A directory means its layers.json.  Returns a path
+    (or an importlib.resources Traversable for the shipped file)."""
     if path is None and os.environ.get("MEGAWINO_SUITE"):
         path = os.environ["MEGAWINO_SUITE"]
         origin = "MEGAWINO_SUITE"
     else:
         origin = "path argument"
-    if path is not None:
-        candidate = Path(path).expanduser()
-        if candidate.is_dir():
-            candidate = candidate / "layers.json"
-        if not candidate.is_file():
-            raise FileNotFoundError(f"suite file {str(candidate)!r} (from {origin}) does not exist")
-        return candidate
-    tried = _suite_candidates()
-    for candidate in tried:
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        "no suite file found; looked for " + ", ".join(str(p) for p in dict.fromkeys(tried))
-        + ". Pass path= or set MEGAWINO_SUITE to a layers.json")
+    if path is None:
+        return resources.files("megawino.data") / SHIPPED_SUITE
+    candidate = Path(path).expanduser()
+    if candidate.is_dir():
+        candidate = candidate / "layers.json"
+    if not candidate.is_file():
+        raise FileNotFoundError(f"suite file {str(candidate)!r} (from {origin}) does not exist")
+    return candidate
 
 
 def load_suite(path: str | os.PathLike | None = None, suite: str = "winograd",
@@ -51,8 +41,10 @@ def load_suite(path: str | os.PathLike | None = None, suite: str = "winograd",
     """Layer specs of one suite of a layers.json (keys N, C, K, H, W, R, S, stride,
     pad, name).  ``batch`` overrides N when given."""
     file = suite_path(path)
-    with open(file, encoding="utf-8") as fh:
-        data = json.load(fh)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{file}: not JSON ({err})") from None
     suites = {k: v for k, v in data.items() if isinstance(v, list)} if isinstance(data, dict) else {}
     if suite not in suites:
         raise ValueError(f"{file}: no suite {suite!r}; suites: {', '.join(suites) or 'none'}")

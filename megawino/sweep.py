@@ -24,7 +24,8 @@ Backends:
          computed on the GPU (same loop as ``direct_conv_nchw``).
 ``auto`` ``gpu`` when the runtime imports and finds a GPU, else ``cpu``.
 
-GPU detection and the GPU runs: :mod:`megawino.sweep_gpu` (re-exported here).
+GPU detection and the GPU runs: :mod:`megawino.sweep_gpu`; the CPU runs, the batched float64
+reference and the CPU time / memory estimate: :mod:`megawino.sweep_cpu` (re-exported here).
 """
 from __future__ import annotations
 
@@ -41,18 +42,18 @@ import numpy as np
 
 from .networks import NetworkLayer, network_layers
 from .spec import LayerSpec
+from .sweep_cpu import (CPU_MAX_RUNS, CpuEstimate, direct_conv_float32, estimate_cpu, rel_error_cpu,
+                        run_layer_cpu)
 from .sweep_gpu import gpu_info, gpu_runtime, gpu_status, run_layer_gpu
 
 __all__ = [
     "CPU_TOLERANCE", "GPU_TOLERANCE", "LayerResult", "SweepResult", "gpu_runtime", "gpu_status",
     "resolve_backend", "select_layers", "random_inputs", "direct_conv_float32", "run_layer",
-    "run_sweep", "machine_info", "megawino_version",
+    "run_sweep", "machine_info", "megawino_version", "CpuEstimate", "estimate_cpu",
 ]
 
 CPU_TOLERANCE = 1e-5   # F(4x4, 3x3) float32 on the CPU executor (and the float32 direct conv)
 GPU_TOLERANCE = 3e-6   # on the GPU
-CPU_MAX_RUNS = 3       # CPU timing: best of up to this many runs ...
-CPU_BUDGET_S = 0.5     # ... while they take less than this in all
 SKIPPED_DIRECT = "skipped: direct path not built"
 BACKENDS = ("auto", "cpu", "gpu")
 
@@ -62,19 +63,8 @@ BACKENDS = ("auto", "cpu", "gpu")
 # ---------------------------------------------------------------------------
 
 def megawino_version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            return version("megawino")
-        except PackageNotFoundError:
-            pass
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from . import __version__
-        return str(__version__)
-    except ImportError:
-        return "unknown"
+    from . import __version__
+    return __version__
 
 
 def resolve_backend(backend: str = "auto") -> str:
@@ -152,14 +142,6 @@ def random_inputs(spec: LayerSpec, rng: np.random.Generator) -> tuple[np.ndarray
     x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W), dtype=np.float32)
     w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
     return x, w
-
-
-def direct_conv_float32(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
-    """Direct convolution (cross-correlation) in float32 with NumPy, NCHW x KCRS -> NKHW:
-    the CPU path for layers the Winograd executor does not take (1x1, 7x7, strided)."""
-    from .winograd import direct_conv_nchw
-    return direct_conv_nchw(np.asarray(x, dtype=np.float32), np.asarray(w, dtype=np.float32),
-                            stride, padding, np.float32)
 
 
 # ---------------------------------------------------------------------------
@@ -285,10 +267,12 @@ class SweepResult:
             "wall_s": round(self.wall_s, 3),
         }
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
     def write_json(self, path) -> None:
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
-            fh.write("\n")
+            fh.write(self.to_json())
 
 
 # ---------------------------------------------------------------------------
@@ -303,47 +287,6 @@ def _as_layer(layer) -> NetworkLayer:
     raise TypeError(f"expected a NetworkLayer or LayerSpec, got {type(layer).__name__}")
 
 
-def _to_layout(x_nchw, layout: str, xp):
-    return x_nchw if layout == "NCHW" else xp.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
-
-
-def _from_layout(y, layout: str, xp):
-    return y if layout == "NCHW" else xp.ascontiguousarray(y.transpose(0, 3, 1, 2))
-
-
-def _run_cpu(spec: LayerSpec, x: np.ndarray, w: np.ndarray, task_params=None,
-             mapping_params=None) -> tuple[str, float, np.ndarray]:
-    if spec.winograd_eligible:
-        from .executor import execute
-        from .mapping import MappingParams, build_interleaved
-        from .task_sizes import default_params
-        from .tasks import build_graph
-        graph = build_graph(spec, task_params if task_params is not None else default_params(spec))
-        order = build_interleaved(graph, mapping_params or MappingParams()).order
-        xin = _to_layout(x, spec.layout, np)
-        ms, y = _cpu_time_ms(lambda: execute(graph, order, xin, w).y)
-        return "cpu-executor", ms, _from_layout(y, spec.layout, np)
-    ms, y = _cpu_time_ms(lambda: direct_conv_float32(x, w, spec.stride, spec.padding))
-    return "cpu-direct", ms, y
-
-
-def _cpu_time_ms(fn, max_runs: int = CPU_MAX_RUNS, budget_s: float = CPU_BUDGET_S):
-    """(best wall time in ms, output of the first run): runs ``fn`` again, up to
-    ``max_runs`` times, while the time spent stays under ``budget_s`` (CPU timings
-    on a shared machine are noisy; the minimum is the most repeatable)."""
-    best, out, spent = math.inf, None, 0.0
-    for i in range(max_runs):
-        t0 = time.perf_counter()
-        y = fn()
-        elapsed = time.perf_counter() - t0
-        if out is None:
-            out = y
-        best, spent = min(best, elapsed), spent + elapsed
-        if spent + elapsed > budget_s:
-            break
-    return best * 1e3, out
-
-
 def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
               task_params=None, mapping_params=None, compare: str | None = None) -> LayerResult:
     """Run one layer (NetworkLayer or LayerSpec) on ``backend`` ("cpu" or "gpu";
@@ -355,10 +298,8 @@ def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
     x, w = random_inputs(spec, rng)
     name = spec.name or spec.shape_string
     if backend == "cpu":
-        used, ms, y = _run_cpu(spec, x, w, task_params, mapping_params)
-        from .winograd import direct_conv_nchw, rel_l2
-        ref = direct_conv_nchw(x, w, spec.stride, spec.padding)
-        return LayerResult(name, spec, layer.count, used, ms, rel_l2(y, ref), CPU_TOLERANCE)
+        used, ms, y = run_layer_cpu(spec, x, w, task_params, mapping_params)
+        return LayerResult(name, spec, layer.count, used, ms, rel_error_cpu(y, x, w, spec), CPU_TOLERANCE)
     used, ms, err, cudnn_ms = run_layer_gpu(gpu_runtime(), spec, x, w, rng, compare)
     tolerance = None if ms is None else GPU_TOLERANCE     # None: skipped
     return LayerResult(name, spec, layer.count, used, ms, err, tolerance, cudnn_ms=cudnn_ms)

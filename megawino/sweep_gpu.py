@@ -86,7 +86,8 @@ def gpu_info() -> dict:
 
 def _rotation(cupy, first, spec: LayerSpec, rng: np.random.Generator) -> list:
     """``first`` plus enough fresh random inputs that the L2 cannot serve repeats."""
-    from .sweep import _to_layout, random_inputs   # here: megawino.sweep imports this module
+    from .sweep import random_inputs   # here: megawino.sweep imports this module
+    from .sweep_cpu import _to_layout
     from .timing import device_rotation_sets
     sets = device_rotation_sets(first.nbytes)
     return [first] + [cupy.asarray(_to_layout(random_inputs(spec, rng)[0], spec.layout, np))
@@ -98,7 +99,7 @@ def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray, rng: np.ran
     """(backend, time_ms, y as a CuPy NCHW array, cuDNN ms or None), or (skip message, None,
     None, None).  Timing: ``megawino.timing`` (rotated inputs, median of CUDA events)."""
     import cupy
-    from .sweep import _from_layout, _to_layout    # here: megawino.sweep imports this module
+    from .sweep_cpu import _from_layout, _to_layout
     from .timing import time_cuda_stats
     xd = cupy.asarray(_to_layout(x, spec.layout, np))
     wd = cupy.asarray(w)

@@ -97,3 +97,21 @@ def test_bad_inputs_are_refused_before_work():
         executor.execute(graph, order, good_x.astype(np.float64), good_w)
     with pytest.raises(ValueError, match="ticket"):
         executor.execute(graph, order[::-1], good_x, good_w)
+
+
+@pytest.mark.parametrize("budget", [0, -5, True, 1.5])
+def test_memory_budget_must_be_positive_bytes(budget):
+    spec = LayerSpec(2, 3, 4, 9, 9)
+    with pytest.raises(ValueError, match="memory_budget"):
+        executor.images_per_batch(spec, memory_budget=budget)
+
+
+def test_images_per_batch_is_the_most_that_fit():
+    spec = LayerSpec(40, 16, 24, 30, 30)
+    one = executor.buffer_bytes(executor._batch_layout(spec, 1, None, 4))
+    whole = executor.buffer_bytes(executor._batch_layout(spec, 40, None, 4))
+    assert executor.images_per_batch(spec, memory_budget=whole) == 40
+    for budget in (one, 3 * one, whole // 3):
+        n = executor.images_per_batch(spec, memory_budget=budget)
+        assert executor.buffer_bytes(executor._batch_layout(spec, n, None, 4)) <= budget
+        assert executor.buffer_bytes(executor._batch_layout(spec, n + 1, None, 4)) > budget

@@ -23,5 +23,14 @@ def test_wheel_carries_cuda_sources(tmp_path):
     for path in resources.mapping_dir().glob("*.json"):
         assert f"megawino/_mapping/{path.name}" in names
     assert "megawino/stages/gemm.py" in names
+    assert {"megawino/py.typed", "megawino/data/suite_layers.json"} <= names
+    import megawino
+    dist_info = f"megawino-{megawino.__version__}.dist-info"
+    assert any(n.startswith(dist_info + "/") and n.endswith("LICENSE") for n in names)
+    metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    cupy = [line for line in requires if "cupy" in line]
+    assert cupy and all('extra == "gpu"' in line for line in cupy)      # CuPy only with [gpu]
+    assert f"Version: {megawino.__version__}" in metadata and "License-Expression: MIT" in metadata
     # no top-level `cuda` package: it would hide CUDA Python's namespace package
     assert not any(n.startswith("cuda/") for n in names)

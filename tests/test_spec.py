@@ -52,3 +52,10 @@ def test_parse_shape_round_trip():
 def test_parse_shape_rejects(text):
     with pytest.raises(ValueError):
         parse_shape(text)
+
+
+@pytest.mark.parametrize("text, field", [("n64c64k64h56w56n32", "'n'"), ("n1c2c3k4h8", "'c'"),
+                                         ("n1c2k4h8w8p1p0", "'p'")])
+def test_parse_shape_refuses_a_repeated_field(text, field):
+    with pytest.raises(ValueError, match=f"gives {field} twice"):
+        parse_shape(text)

@@ -1,21 +1,98 @@
 """Shared by the commands: layer resolution, number formatting, the error line."""
 from __future__ import annotations
 
+import argparse
 import difflib
 import math
+import os
 import re
+import tempfile
 
 from rich.console import Console
 from rich.text import Text
 
 DEFAULT_LAYER_BATCH = 64      # layer names resolve at the paper's evaluation batch size
+PROG = "megawino"
+
+
+# ---------------------------------------------------------------------------
+# Argument types: argparse refuses bad numbers with its own one-line error
+# ---------------------------------------------------------------------------
+
+def _integer(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _integer(text, 0, "a non-negative integer")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
 
 
 def add_network_arguments(p, batch_default: int | None, batch_help: str) -> None:
     """NETWORK, --batch and --resolution, as the network commands take them."""
     p.add_argument("network", metavar="NETWORK", help="vgg16, resnet50, yolov3, densenet161, alexnet")
-    p.add_argument("--batch", type=int, default=batch_default, help=batch_help)
-    p.add_argument("--resolution", type=int, default=None, help="input resolution")
+    p.add_argument("--batch", type=positive_int, default=batch_default, help=batch_help)
+    p.add_argument("--resolution", type=positive_int, default=None, help="input resolution")
+
+
+# ---------------------------------------------------------------------------
+# Output files: checked and opened before the work starts
+# ---------------------------------------------------------------------------
+
+class OutputFile:
+    """An output path (``--json``, ``--export``) checked before any work: a temporary file is
+    opened beside it at once (so a directory, a missing folder or an unwritable place fails
+    first, as an OSError or ValueError), and :meth:`write_text` renames it over ``path``."""
+
+    def __init__(self, path: str, option: str):
+        self.path = os.path.abspath(os.path.expanduser(path))
+        if os.path.isdir(self.path):
+            raise ValueError(f"{option} {path}: is a directory; give a file name")
+        parent = os.path.dirname(self.path)
+        if not os.path.isdir(parent):
+            raise ValueError(f"{option} {path}: directory {parent} does not exist")
+        if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            raise ValueError(f"{option} {path}: not writable")
+        try:
+            self._handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=parent,
+                                                       prefix=".megawino-", suffix=".tmp", delete=False)
+        except OSError as exc:
+            raise ValueError(f"{option} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+    def write_text(self, text: str) -> None:
+        with self._handle as fh:
+            fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        # the temporary file is private (0600); the result gets a new file's usual mode
+        mode = os.stat(self.path).st_mode & 0o777 if os.path.exists(self.path) else 0o666 & ~umask
+        os.chmod(fh.name, mode)
+        os.replace(fh.name, self.path)
+
+    def discard(self) -> None:
+        """Remove the temporary file (the work failed; ``path`` is left as it was)."""
+        self._handle.close()
+        if os.path.exists(self._handle.name):
+            os.unlink(self._handle.name)
 
 
 # ---------------------------------------------------------------------------
@@ -101,10 +178,49 @@ def _compact_shape(spec) -> str:
     return text
 
 
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-
-
 def _error(err: Console, message: str) -> None:
-    err.print(Text("error: ", style="bold red") + Text(message, style="red"), soft_wrap=True)
+    """One line on stderr: ``megawino: error: message``."""
+    message = " ".join(str(message).split())      # one line, whatever the message held
+    err.print(Text(f"{PROG}: error: ", style="bold red") + Text(message, style="red"), soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------
+# Consoles that cannot print the symbols (e.g. PYTHONIOENCODING=cp1252)
+# ---------------------------------------------------------------------------
+
+SYMBOLS = "→×—–·…▁▂▃▄▅▆▇█━"
+ASCII_SYMBOLS = str.maketrans({"→": "->", "×": "x", "—": "-", "–": "-", "·": ".", "…": "...",
+                               "▁": ".", "▂": ":", "▃": "-", "▄": "=", "▅": "+", "▆": "*",
+                               "▇": "#", "█": "@", "━": "-"})
+
+
+class AsciiStream:
+    """A text stream that writes the output's symbols as ASCII look-alikes (anything else
+    it cannot encode as '?'), for consoles whose encoding lacks them."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.encoding = stream.encoding
+
+    def write(self, text: str) -> int:
+        ascii_text = text.translate(ASCII_SYMBOLS)
+        self._stream.write(ascii_text.encode(self.encoding, "replace").decode(self.encoding))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
+def console_stream(stream):
+    """``stream`` itself when its encoding can print the symbols, else an AsciiStream."""
+    try:
+        SYMBOLS.encode(getattr(stream, "encoding", None) or "utf-8")
+        return stream
+    except (UnicodeEncodeError, LookupError):
+        return AsciiStream(stream)

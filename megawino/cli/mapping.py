@@ -9,8 +9,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .common import DEFAULT_LAYER_BATCH, resolve_layer
+from .common import DEFAULT_LAYER_BATCH, non_negative_int, positive_int, resolve_layer
 
+# Graphs above this many tasks are refused before they are built: the mapping builder and
+# the simulator take one Python step per ticket (the largest suite layer has about 31,000).
+MAX_TASKS = 1_000_000
 STRIP_LINES = 6               # the mapping strip: at most this many lines of the terminal
 TYPE_LETTERS = "FIGO"
 TYPE_COLORS = ("magenta", "cyan", "green", "blue")   # as in megawino.timeline
@@ -28,16 +31,16 @@ def _type_style():
 def _add_mapping_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("layer", metavar="LAYER",
                    help="layer name (resnet50.conv2_x) or shape string (n64c64k64h56w56)")
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=positive_int, default=None,
                    help=f"batch size (layer names: default {DEFAULT_LAYER_BATCH}; "
                         "shape strings: replaces n)")
-    p.add_argument("--resolution", type=int, default=None,
+    p.add_argument("--resolution", type=positive_int, default=None,
                    help="network input resolution (layer names only)")
-    p.add_argument("--dig", type=int, default=None,
+    p.add_argument("--dig", type=non_negative_int, default=None,
                    help="min tickets input -> GEMM (default: the tuned table's, else a heuristic)")
-    p.add_argument("--dgo", type=int, default=None,
+    p.add_argument("--dgo", type=non_negative_int, default=None,
                    help="min tickets GEMM -> output (default: as --dig)")
-    p.add_argument("--m", type=int, default=None,
+    p.add_argument("--m", type=positive_int, default=None,
                    help="groups sharing a filter matrix (default: as --dig)")
     p.add_argument("--sequential", action="store_true",
                    help="the sequential mapping (all F, I, G, then O) instead")
@@ -63,7 +66,7 @@ def _build_mapping(spec, args):
     even with --sequential."""
     from .. import tuning
     from ..mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
-    from ..tasks import build_graph
+    from ..tasks import Layout, build_graph
     if not spec.winograd_eligible:
         raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
                          "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")
@@ -72,6 +75,11 @@ def _build_mapping(spec, args):
     args.dgo = chosen.dgo if args.dgo is None else args.dgo
     args.m = chosen.m if args.m is None else args.m
     params = MappingParams(args.dig, args.dgo, args.m)
+    tasks = Layout(spec, task_params).num_tasks
+    if tasks > MAX_TASKS:
+        raise ValueError(f"{spec.name or spec.shape_string} has {tasks:,} tasks; mappings and "
+                         f"timelines are built for at most {MAX_TASKS:,} (use a smaller --batch "
+                         "or shape)")
     graph = build_graph(spec, task_params)
     if args.sequential:
         return graph, Mapping(sequential_mapping(graph), "sequential", None, 0)
@@ -140,6 +148,10 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
                                   layout.gemms_per_group, layout.outputs_per_group,
                                   layout.num_groups, graph.num_tasks, layout.num_counters)))
         out.print(counts)
+        out.print(Text("N_F: filter-transform tasks (shared by all groups); S_I, S_G, S_O: input-"
+                       "transform, GEMM and output-transform tasks per group; NG: task groups "
+                       f"({p.tiles_per_group} tiles each); counters: the dependency counters "
+                       "tasks wait on (1 + 2 x NG)", style="dim"))
 
     if args.sequential:
         out.print(Text("mapping: sequential (all F, then I, G, O)", style="bold"))
@@ -179,6 +191,12 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
     out.print("min parent distance: " + ";  ".join(parts))
     if not args.sequential:
         out.print(f"relaxed placements: {mapping.relaxed}")
+        out.print(Text("parent distance: tickets between a task and its latest parent (more "
+                       "tickets: more time for the parent to finish before the child waits). "
+                       "(DIG d, n below): the mapping's target distance d for GEMM tasks (DGO "
+                       "for output tasks) and how many tasks sit closer than d; relaxed "
+                       "placements: tasks the builder placed below their target because no "
+                       "other task was left to put in between", style="dim"))
 
     ordered = types[np.asarray(mapping.order)]
     lines, per = _strip_lines(ordered, out.width)

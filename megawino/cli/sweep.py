@@ -2,16 +2,14 @@
 :mod:`megawino.sweep` (which does the work) as a table."""
 from __future__ import annotations
 
-import os
-
 from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .common import (DEFAULT_LAYER_BATCH, _compact_shape, _error, _fmt_err, _fmt_ms, _positive,
-                     add_network_arguments)
+from .common import (DEFAULT_LAYER_BATCH, OutputFile, _compact_shape, _error, _fmt_err, _fmt_ms,
+                     add_network_arguments, non_negative_int)
 
 
 def add_parser(sub) -> None:
@@ -24,30 +22,54 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
                    help="auto (default): the GPU when there is one, else the CPU")
     p.add_argument("--json", metavar="PATH", default=None, help="write all results as JSON")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the random inputs (default 0)")
     p.add_argument("--compare", choices=("cudnn",), default=None,
                    help="also time cuDNN float32 through PyTorch (GPU only) and show the ratio")
+    p.add_argument("--yes", action="store_true",
+                   help="run a CPU sweep even when its estimate is large (over a minute or 4 GiB)")
     p.set_defaults(func=cmd_sweep)
 
 
-def _check_writable(path: str) -> None:
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ValueError(f"--json {path}: directory {parent} does not exist")
+def _check_cpu_estimate(layers, args, out: Console) -> None:
+    """Estimate a CPU sweep's time and memory and refuse a large one without --yes."""
+    from .. import sweep_cpu
+    specs = [layer.spec for layer in layers]
+    estimate = sweep_cpu.estimate_cpu(specs)
+    out.print(Text(f"estimate on this CPU: {estimate.describe()}", style="dim"))
+    ram = sweep_cpu.physical_memory_bytes()
+    if ram is not None and estimate.peak_bytes > ram:
+        raise ValueError(f"this CPU sweep needs {estimate.peak_bytes / 2**30:.1f} GiB, more than "
+                         f"this machine's {ram / 2**30:.1f} GiB: use a smaller --batch or --resolution")
+    if estimate.large and not args.yes:
+        smaller = sweep_cpu.smaller_batch(specs, estimate)
+        hint = f", or a smaller --batch (--batch {smaller} fits)" if smaller else \
+            ", or a smaller --batch or --resolution"
+        raise ValueError(f"this CPU sweep would take {estimate.describe()} (more than "
+                         f"{sweep_cpu.CONFIRM_SECONDS:.0f} s or {sweep_cpu.CONFIRM_BYTES / 2**30:.0f} "
+                         f"GiB): rerun with --yes to go on{hint}")
 
 
 def cmd_sweep(args, out: Console, err: Console) -> int:
+    output = OutputFile(args.json, "--json") if args.json else None
+    try:
+        code = _sweep(args, out, err, output)
+    except BaseException:
+        if output is not None:
+            output.discard()
+        raise
+    return code
+
+
+def _sweep(args, out: Console, err: Console, output: OutputFile | None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .. import sweep
     from ..networks import DEFAULT_RESOLUTION
-    _positive("--batch", args.batch)
     backend = sweep.resolve_backend(args.backend)
     batch = args.batch if args.batch is not None else (DEFAULT_LAYER_BATCH if backend == "gpu" else 1)
     names = [n for n in args.layers.split(",") if n.strip()] if args.layers else None
     layers = sweep.select_layers(args.network, batch, args.resolution, args.all, names)
-    if args.json:
-        _check_writable(args.json)
     network = args.network.strip().lower()
     resolution = args.resolution or DEFAULT_RESOLUTION[network]
     if backend == "cpu":
@@ -58,6 +80,7 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
             why = sweep.gpu_status()[1]
             if why.startswith("CuPy does not import"):
                 out.print(Text(why, style="dim"))
+        _check_cpu_estimate(layers, args, out)
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True,
@@ -84,8 +107,8 @@ def cmd_sweep(args, out: Console, err: Console) -> int:
                       "cuDNN ms / ours, geomean in the total row." if compared else ""), style="dim"))
     if args.compare == "cudnn" and not gpu:
         out.print(Text("--compare cudnn needs a GPU: not compared", style="yellow"))
-    if args.json:
-        result.write_json(args.json)
+    if output is not None:
+        output.write_text(result.to_json())
         out.print(f"wrote {escape(args.json)}")
     for r in result.layers:
         if r.error:

@@ -6,30 +6,33 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .common import DEFAULT_LAYER_BATCH, resolve_layer
+from .common import DEFAULT_LAYER_BATCH, positive_float, positive_int, resolve_layer
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune mapping and task parameters on the GPU")
     p.add_argument("target", metavar="TARGET",
                    help="a network (every 3x3 stride-1 layer), a layer name or shape string, "
-                        "or 'suite' (the winograd suite of shared/suite/layers.json)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default 64)")
-    p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run (600)")
-    p.add_argument("--top", type=int, default=6, help="candidates measured per layer after "
-                                                        "simulation ranks them (6)")
-    p.add_argument("--reps", type=int, default=10, help="timed runs per candidate (10)")
+                        "or 'suite' (the winograd layers of the benchmark suite)")
+    p.add_argument("--suite", metavar="PATH", default=None,
+                   help="the suite file for TARGET suite (default: the one shipped with megawino)")
+    p.add_argument("--batch", type=positive_int, default=None, help="batch size (default 64)")
+    p.add_argument("--budget", type=positive_float, default=600.0,
+                   help="seconds for the whole run (600)")
+    p.add_argument("--top", type=positive_int, default=6, help="candidates measured per layer after "
+                                                                 "simulation ranks them (6)")
+    p.add_argument("--reps", type=positive_int, default=10, help="timed runs per candidate (10)")
     p.add_argument("--out", metavar="PATH", default=None,
                    help="table to write (default mapping/<gpu>.json, or $MEGAWINO_MAPPING)")
     p.set_defaults(func=cmd_tune)
 
 
-def _targets(target: str, batch: int | None):
+def _targets(target: str, batch: int | None, suite_file: str | None = None):
     from ..networks import NETWORKS, network_layers
     from ..suite import load_suite
     batch_or_default = DEFAULT_LAYER_BATCH if batch is None else batch
     if target == "suite":
-        return load_suite(suite="winograd", batch=batch)
+        return load_suite(suite_file, suite="winograd", batch=batch)
     if target.lower() in NETWORKS:
         return [layer.spec for layer in network_layers(target.lower(), batch_or_default,
                                                          winograd_only=True)]
@@ -41,10 +44,9 @@ def cmd_tune(args, out: Console, err: Console) -> int:
 
     from .. import tune
     from ..sweep import gpu_status
-    for name in ("budget", "top", "reps"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
-    specs = _targets(args.target, args.batch)
+    if args.suite is not None and args.target != "suite":
+        raise ValueError("--suite names the file for TARGET suite; the target is " + repr(args.target))
+    specs = _targets(args.target, args.batch, args.suite)
     for spec in specs:
         spec.require_winograd()
     runtime, why = gpu_status()
