@@ -46,7 +46,8 @@ def cupy_module():
     try:
         import cupy
     except ImportError as err:  # pragma: no cover - depends on the machine
-        raise RuntimeError("megawino's GPU runtime needs CuPy (pip install cupy-cuda13x)") from err
+        raise RuntimeError("megawino's GPU runtime needs CuPy (pip install 'megawino[gpu]'); without a "
+                           "GPU, megawino.conv2d_cpu runs the reference path") from None
     return cupy
 
 

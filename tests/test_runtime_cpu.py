@@ -127,3 +127,16 @@ def test_status_line_has_the_fired_count_the_ring_reads():
     from megawino.workspace import StatusRing
     assert abi.STATUS_FIELDS[StatusRing.FIRED] == "FIRED"
     assert len(abi.STATUS_FIELDS) <= abi.STATE_WORDS - abi.state_offset("STATUS")
+
+
+def test_gpu_entry_points_without_cupy_say_so_in_one_line(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "cupy", None)        # import cupy -> ImportError
+    with pytest.raises(RuntimeError) as info:
+        megawino.plan(megawino.LayerSpec(1, 8, 8, 8, 8))
+    assert "\n" not in str(info.value) and "conv2d_cpu" in str(info.value)
+    x, w = _case(3)
+    with pytest.raises(RuntimeError, match="conv2d_cpu"):
+        megawino.conv2d(type("GpuLike", (), {"ndim": 4, "shape": x.shape})(),
+                        type("GpuLike", (), {"ndim": 4, "shape": w.shape})())
+    assert np.allclose(megawino.conv2d(x, w, padding=1), megawino.conv2d_cpu(x, w, padding=1), atol=1e-6)
