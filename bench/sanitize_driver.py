@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 from megawino.spec import LayerSpec  # noqa: E402
 from megawino.tasks import TaskParams  # noqa: E402
 from megawino.winograd import direct_conv_nchw, rel_l2  # noqa: E402
-from megawino.winograd_plan import ENV_WATCHDOG  # noqa: E402
+from megawino.call_checks import ENV_WATCHDOG  # noqa: E402
 
 SANITIZER_WATCHDOG_S = "600"
 # Relative L2 error that says the run did its work (the tests hold tighter bounds; here the

@@ -45,7 +45,7 @@ def cupy_module():
     """The cupy module, or a RuntimeError that says how to install it."""
     try:
         import cupy
-    except ImportError as err:  # pragma: no cover - depends on the machine
+    except ImportError:  # pragma: no cover - depends on the machine
         raise RuntimeError("megawino's GPU runtime needs CuPy (pip install 'megawino[gpu]'); without a "
                            "GPU, megawino.conv2d_cpu runs the reference path") from None
     return cupy

@@ -15,7 +15,6 @@ Nothing here touches CUDA at import time; CuPy is imported on first use.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 
 import numpy as np
@@ -23,7 +22,8 @@ import numpy as np
 from . import algo_choice, weights
 from .algo_choice import choose_fastest
 from .nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
-from .winograd_plan import Plan, WatchdogError, check_out, synchronize
+from .call_checks import check_out, env_number
+from .winograd_plan import Plan, WatchdogError, synchronize
 from .resources import cuda_dir, source_hash
 from .spec import LayerSpec
 from .tasks import TaskParams
@@ -119,14 +119,7 @@ class _PlanCache:
 
 
 def _plan_cache_limit() -> int:
-    raw = os.environ.get(ENV_PLAN_CACHE, "512")
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_PLAN_CACHE} must be a whole number, got {raw!r}") from None
-    if limit < 1:
-        raise ValueError(f"{ENV_PLAN_CACHE} must be >= 1, got {limit}")
-    return limit
+    return env_number(ENV_PLAN_CACHE, 512, int, 1)
 
 
 PLANS = _PlanCache()

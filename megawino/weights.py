@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import threading
 
 import numpy as np
@@ -23,14 +22,8 @@ DEFAULT_LIMIT_MB = 4096
 
 
 def limit_bytes() -> int:
-    raw = os.environ.get(ENV_LIMIT, str(DEFAULT_LIMIT_MB))
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_LIMIT} must be a whole number of MiB, got {raw!r}") from None
-    if mb < 0:
-        raise ValueError(f"{ENV_LIMIT} must be >= 0, got {mb}")
-    return mb << 20
+    from .call_checks import env_number
+    return env_number(ENV_LIMIT, DEFAULT_LIMIT_MB, int, 0) << 20
 
 
 @dataclasses.dataclass

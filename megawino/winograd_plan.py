@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
@@ -26,41 +25,11 @@ from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_s
                     cupy_module, module)
 from .spec import LayerSpec
 from .tasks import COUNTER_STRIDE, TaskGraph, TaskParams, TaskType, build_graph
+from .call_checks import default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError
 
-ENV_WATCHDOG = "MEGAWINO_WATCHDOG_S"
-DEFAULT_WATCHDOG_S = 2.0
 
 _LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def default_timeout_s() -> float:
-    """The watchdog limit of one wait: ``$MEGAWINO_WATCHDOG_S`` (widen it under
-    compute-sanitizer, a debugger or time-slicing), else 2 s."""
-    raw = os.environ.get(ENV_WATCHDOG)
-    if raw is None:
-        return DEFAULT_WATCHDOG_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_WATCHDOG} must be a number of seconds, got {raw!r}") from None
-    if not (value > 0 and np.isfinite(value)):
-        raise ValueError(f"{ENV_WATCHDOG} must be a positive number of seconds, got {raw!r}")
-    return value
-
-
-def require_gpu():
-    """CuPy with a usable device, or one line saying what is missing."""
-    cupy = cupy_module()
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as err:
-        raise RuntimeError(f"megawino's GPU runtime found no usable CUDA device ({err}); "
-                           "megawino.conv2d_cpu runs the reference path on the CPU") from None
-    if count < 1:
-        raise RuntimeError("megawino's GPU runtime found no CUDA device; "
-                           "megawino.conv2d_cpu runs the reference path on the CPU")
-    return cupy
 
 
 def resolve_order(graph, mapping) -> np.ndarray:
@@ -96,37 +65,6 @@ def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph
     order = np.asarray(order)
     kept = order[order >= n_f] - n_f
     return TaskGraph(graph.layout, np.ascontiguousarray(records, dtype=np.int32)), kept.astype(np.int32)
-
-
-def check_array(cupy, name: str, arr, shape, device: int) -> None:
-    """ValueError unless ``arr`` is a float32 CuPy array of ``shape`` on ``device``."""
-    if not isinstance(arr, cupy.ndarray):
-        raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
-    if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
-    if arr.dtype != np.float32:
-        raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
-    if arr.device.id != device:
-        raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
-
-
-def kernel_ready(cupy, arr):
-    """``arr`` as the kernels read it: C-contiguous and 16-byte aligned (copied when not)."""
-    if arr.flags.c_contiguous and arr.data.ptr % 16 == 0:
-        return arr
-    out = workspace.alloc(arr.shape, arr.dtype)
-    out[...] = arr
-    return out
-
-
-def check_out(cupy, out, shape, device: int, inputs) -> None:
-    check_array(cupy, "out", out, shape, device)
-    if not out.flags.c_contiguous or out.data.ptr % 16:
-        raise ValueError("out must be C-contiguous and 16-byte aligned (the kernels write 16-byte vectors)")
-    lo, hi = out.data.ptr, out.data.ptr + out.nbytes
-    for name, arr in inputs:
-        if arr.data.ptr < hi and lo < arr.data.ptr + arr.nbytes:
-            raise ValueError(f"out overlaps {name}: the output must not alias an input")
 
 
 class _Variant:
@@ -305,18 +243,7 @@ class Plan:
         """Launch the layer on the current stream and return ``out`` (allocated when None)
         without waiting.  ``check``: first raise for an earlier launch of this plan whose
         watchdog fired (its status already arrived); ``weight_token``: see megawino.weights."""
-        cupy = cupy_module()
-        spec = self.spec
-        if cupy.cuda.runtime.getDevice() != self.device:
-            raise ValueError(f"this plan was made on device {self.device}, the current device is "
-                             f"{cupy.cuda.runtime.getDevice()}")
-        check_array(cupy, "x", x, spec.input_shape, self.device)
-        check_array(cupy, "w", w, spec.weight_shape, self.device)
-        if out is None:
-            out = workspace.alloc(spec.output_shape, np.float32)
-        else:
-            check_out(cupy, out, spec.output_shape, self.device, (("x", x), ("w", w)))
-        x, w = kernel_ready(cupy, x), kernel_ready(cupy, w)
+        x, w, out = prepare_call(self.spec, self.device, x, w, out)
         with self._lock:
             if check:
                 self._raise_reports(done_only=True)

@@ -11,7 +11,7 @@ import pytest
 import megawino
 from megawino import abi, algo_choice, runtime, weights
 from megawino.winograd import direct_conv_nchw, rel_l2
-from megawino.winograd_plan import default_timeout_s
+from megawino.call_checks import default_timeout_s
 
 
 def _case(seed=0, n=1, c=3, k=4, h=7, w=6):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import weights, workspace
 from ..nvrtc import cupy_module
-from ..winograd_plan import check_array, check_out, kernel_ready, require_gpu
+from ..call_checks import prepare_call, require_gpu
 from ..spec import LayerSpec
 from ..tasks import round_up
 from . import config as config_mod
@@ -70,18 +70,8 @@ class DirectPlan:
         return buf
 
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
-        cupy = cupy_module()
         spec = self.spec
-        if cupy.cuda.runtime.getDevice() != self.device:
-            raise ValueError(f"this plan was made on device {self.device}, the current device is "
-                             f"{cupy.cuda.runtime.getDevice()}")
-        check_array(cupy, "x", x, spec.input_shape, self.device)
-        check_array(cupy, "w", w, spec.weight_shape, self.device)
-        if out is None:
-            out = workspace.alloc(spec.output_shape, np.float32)
-        else:
-            check_out(cupy, out, spec.output_shape, self.device, (("x", x), ("w", w)))
-        x = kernel_ready(cupy, x)
+        x, w, out = prepare_call(spec, self.device, x, w, out)
         stream = workspace.current_stream_ptr()
         capturing = workspace.is_capturing()
         if weight_token is None:

@@ -1,0 +1,99 @@
+"""Checks every plan makes before a launch, and the settings they read, in one place: the GPU is
+there, the arrays are the plan's (shape, dtype, device), the output aliases no input, and inputs
+the kernels cannot read as they are (strided or misaligned) are copied."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import workspace
+from .nvrtc import cupy_module
+
+ENV_WATCHDOG = "MEGAWINO_WATCHDOG_S"
+DEFAULT_WATCHDOG_S = 2.0
+
+
+def env_number(name: str, default, kind=int, minimum=0):
+    """``$name`` as a ``kind`` number >= ``minimum`` (``default`` when unset); ValueError naming
+    the variable otherwise."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a {'whole ' if kind is int else ''}number, got {raw!r}") from None
+    if not (np.isfinite(value) and value >= minimum):
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {raw!r}")
+    return value
+
+
+def default_timeout_s() -> float:
+    """The watchdog limit of one wait: ``$MEGAWINO_WATCHDOG_S`` (widen it under
+    compute-sanitizer, a debugger or time-slicing), else 2 s."""
+    value = env_number(ENV_WATCHDOG, DEFAULT_WATCHDOG_S, float, 0.0)
+    if value <= 0:
+        raise ValueError(f"{ENV_WATCHDOG} must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def require_gpu():
+    """CuPy with a usable device, or one line saying what is missing."""
+    cupy = cupy_module()
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:
+        raise RuntimeError(f"megawino's GPU runtime found no usable CUDA device ({err}); "
+                           "megawino.conv2d_cpu runs the reference path on the CPU") from None
+    if count < 1:
+        raise RuntimeError("megawino's GPU runtime found no CUDA device; "
+                           "megawino.conv2d_cpu runs the reference path on the CPU")
+    return cupy
+
+
+def check_array(cupy, name: str, arr, shape, device: int) -> None:
+    """ValueError unless ``arr`` is a float32 CuPy array of ``shape`` on ``device``."""
+    if not isinstance(arr, cupy.ndarray):
+        raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
+    if arr.dtype != np.float32:
+        raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
+    if arr.device.id != device:
+        raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
+
+
+def kernel_ready(cupy, arr):
+    """``arr`` as the kernels read it: C-contiguous and 16-byte aligned (copied when not)."""
+    if arr.flags.c_contiguous and arr.data.ptr % 16 == 0:
+        return arr
+    out = workspace.alloc(arr.shape, arr.dtype)
+    out[...] = arr
+    return out
+
+
+def check_out(cupy, out, shape, device: int, inputs) -> None:
+    check_array(cupy, "out", out, shape, device)
+    if not out.flags.c_contiguous or out.data.ptr % 16:
+        raise ValueError("out must be C-contiguous and 16-byte aligned (the kernels write 16-byte vectors)")
+    lo, hi = out.data.ptr, out.data.ptr + out.nbytes
+    for name, arr in inputs:
+        if arr.data.ptr < hi and lo < arr.data.ptr + arr.nbytes:
+            raise ValueError(f"out overlaps {name}: the output must not alias an input")
+
+
+def prepare_call(spec, device: int, x, w, out):
+    """(x, w, out) ready for a plan's launch: arrays checked against ``spec`` on ``device``, the
+    output allocated when None, inputs copied where the kernels cannot read them as they are."""
+    cupy = cupy_module()
+    current = cupy.cuda.runtime.getDevice()
+    if current != device:
+        raise ValueError(f"this plan was made on device {device}, the current device is {current}")
+    check_array(cupy, "x", x, spec.input_shape, device)
+    check_array(cupy, "w", w, spec.weight_shape, device)
+    if out is None:
+        out = workspace.alloc(spec.output_shape, np.float32)
+    else:
+        check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
+    return kernel_ready(cupy, x), kernel_ready(cupy, w), out
