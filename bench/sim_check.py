@@ -24,7 +24,8 @@ import numpy as np  # noqa: E402
 
 from megawino.simulator import simulate  # noqa: E402
 from megawino.spec import parse_shape  # noqa: E402
-from megawino.tasks import TaskParams, build_graph  # noqa: E402
+from megawino.task_sizes import build_graph  # noqa: E402
+from megawino.tasks import TaskParams  # noqa: E402
 from megawino.tune import calibrate_on_traces  # noqa: E402
 
 CHOICES = ("heuristic", "tuned", "sequential")

@@ -16,8 +16,8 @@ import numpy as np
 from . import mapping as mapping_mod
 from .spec import LayerSpec
 from .stages import RUNNERS
-from .task_sizes import default_params
-from .tasks import Layout, TaskGraph, TaskParams, TaskType, build_graph
+from .task_sizes import build_graph, default_params
+from .tasks import Layout, TaskGraph, TaskParams, TaskType
 from .winograd import transform
 
 POISON = np.float32(np.nan)

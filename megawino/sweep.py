@@ -42,7 +42,7 @@ import numpy as np
 
 from .networks import NetworkLayer, network_layers
 from .spec import LayerSpec
-from .sweep_cpu import (CPU_MAX_RUNS, CpuEstimate, direct_conv_float32, estimate_cpu, rel_error_cpu,
+from .sweep_cpu import (CPU_MAX_RUNS, CpuEstimate, direct_conv_float32, estimate_cpu, random_inputs, rel_error_cpu,
                         run_layer_cpu)
 from .sweep_gpu import gpu_info, gpu_runtime, gpu_status, run_layer_gpu
 
@@ -136,13 +136,6 @@ def select_layers(network: str, batch: int = 1, resolution: int | None = None,
 # ---------------------------------------------------------------------------
 # Inputs and direct convolution
 # ---------------------------------------------------------------------------
-
-def random_inputs(spec: LayerSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Standard-normal float32 x (NCHW, whatever the spec's layout) and w (KCRS)."""
-    x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W), dtype=np.float32)
-    w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
-    return x, w
-
 
 # ---------------------------------------------------------------------------
 # Results

@@ -22,6 +22,13 @@ QUICK_FLOPS = 20e9             # a CPU sweep of fewer direct FLOPs is not timed 
 PROBE_SIDE = 56                # the time estimate runs one image of at most this height and width
 
 
+def random_inputs(spec: LayerSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Standard-normal float32 x (NCHW, whatever the spec's layout) and w (KCRS)."""
+    x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W), dtype=np.float32)
+    w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
+    return x, w
+
+
 def _to_layout(x_nchw, layout: str, xp):
     return x_nchw if layout == "NCHW" else xp.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
 
@@ -156,7 +163,6 @@ class CpuEstimate:
 
 def _run_seconds(spec: LayerSpec) -> float:
     """Wall seconds of one run of ``spec`` and its float64 reference."""
-    from .sweep import random_inputs
     x, w = random_inputs(spec, np.random.default_rng(0))
     t0 = time.perf_counter()
     if spec.winograd_eligible:

@@ -86,8 +86,7 @@ def gpu_info() -> dict:
 
 def _rotation(cupy, first, spec: LayerSpec, rng: np.random.Generator) -> list:
     """``first`` plus enough fresh random inputs that the L2 cannot serve repeats."""
-    from .sweep import random_inputs   # here: megawino.sweep imports this module
-    from .sweep_cpu import _to_layout
+    from .sweep_cpu import _to_layout, random_inputs
     from .timing import device_rotation_sets
     sets = device_rotation_sets(first.nbytes)
     return [first] + [cupy.asarray(_to_layout(random_inputs(spec, rng)[0], spec.layout, np))

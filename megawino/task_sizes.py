@@ -1,7 +1,9 @@
-"""Task sizes for a layer: the heuristic (``default_params``), the split rules the tuner's
-candidate space shares with it (``transform_chunk``, ``transform_tiles``) and the size guard
-(``check_size``: int32 limits of the kernels and records, device memory).  What a task *is*
-(types, parameters, layout, graph) lives in :mod:`megawino.tasks`; this module only chooses sizes.
+"""Task sizes for a layer and the task graph built from them: the heuristic
+(``default_params``), the split rules the tuner's candidate space shares with it
+(``transform_chunk``, ``transform_tiles``), the size guard (``check_size``: int32 limits of the
+kernels and records, device memory) and ``build_graph``, which sizes a layer's tasks and writes
+their records.  What a task *is* (types, parameters, layout, the graph's class) lives in
+:mod:`megawino.tasks`, which imports nothing from here.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 
 from .spec import LayerSpec
 from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, INT32_MAX, K_ALIGN, LANE_CHANNELS,
-                    TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES, Layout, TaskParams, round_up)
+                    NO_COUNTER, TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES, Layout, TaskGraph,
+                    TaskParams, TaskType, round_up)
 from .winograd import tiles_for
 
 GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
@@ -123,3 +126,39 @@ def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = N
                          f"Winograd buffers, more than the {memory_bytes / 2**30:.2f} GiB available "
                          f"(split the batch into smaller calls)")
     return layout
+
+
+def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
+    """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64)."""
+    spec.require_winograd()
+    if params is None:
+        params = default_params(spec)
+    layout = check_size(spec, params)
+    groups = layout.num_groups
+    n_f, s_i, s_g, s_o = (layout.num_filter_tasks, layout.inputs_per_group,
+                          layout.gemms_per_group, layout.outputs_per_group)
+
+    def block(task_type, per_group, wait_a, need_a, wait_b, need_b, signal):
+        g = np.repeat(np.arange(groups), per_group)
+        idx = np.tile(np.arange(per_group), groups)
+        cols = [np.full(g.shape, int(task_type)), g, idx,
+                wait_a(g), np.full(g.shape, need_a), wait_b(g), np.full(g.shape, need_b), signal(g)]
+        return np.stack(cols, axis=1)
+
+    none = lambda g: np.full(g.shape, NO_COUNTER)  # noqa: E731
+    filters = np.stack([np.full(n_f, int(TaskType.FILTER)), np.zeros(n_f, int), np.arange(n_f),
+                        np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
+                        np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
+                        np.full(n_f, layout.counter_filters_done())], axis=1)
+    inputs = block(TaskType.INPUT, s_i, none, 0, none, 0, lambda g: 1 + g)
+    gemms = block(TaskType.GEMM, s_g, lambda g: np.full(g.shape, 0), n_f,
+                  lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
+    outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0, none)
+    records = np.ascontiguousarray(np.concatenate([filters, inputs, gemms, outputs]), dtype=np.int32)
+    graph = TaskGraph(layout, records)
+    # The needs written into the records must equal the counters' in-degrees.
+    need = graph.counter_need
+    for wait, need_col in ((3, 4), (5, 6)):
+        has = records[:, wait] >= 0
+        assert np.array_equal(need[records[has, wait]], records[has, need_col]), "counter needs drifted"
+    return graph

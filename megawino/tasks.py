@@ -353,39 +353,3 @@ class TaskGraph:
         parts = [self.counter_parents[rec[i]] for i in (3, 5) if rec[i] >= 0]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-
-def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
-    """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64)."""
-    spec.require_winograd()
-    from .task_sizes import check_size, default_params   # they build on this module
-    if params is None:
-        params = default_params(spec)
-    layout = check_size(spec, params)
-    groups = layout.num_groups
-    n_f, s_i, s_g, s_o = (layout.num_filter_tasks, layout.inputs_per_group,
-                          layout.gemms_per_group, layout.outputs_per_group)
-
-    def block(task_type, per_group, wait_a, need_a, wait_b, need_b, signal):
-        g = np.repeat(np.arange(groups), per_group)
-        idx = np.tile(np.arange(per_group), groups)
-        cols = [np.full(g.shape, int(task_type)), g, idx,
-                wait_a(g), np.full(g.shape, need_a), wait_b(g), np.full(g.shape, need_b), signal(g)]
-        return np.stack(cols, axis=1)
-
-    none = lambda g: np.full(g.shape, NO_COUNTER)  # noqa: E731
-    filters = np.stack([np.full(n_f, int(TaskType.FILTER)), np.zeros(n_f, int), np.arange(n_f),
-                        np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
-                        np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
-                        np.full(n_f, layout.counter_filters_done())], axis=1)
-    inputs = block(TaskType.INPUT, s_i, none, 0, none, 0, lambda g: 1 + g)
-    gemms = block(TaskType.GEMM, s_g, lambda g: np.full(g.shape, 0), n_f,
-                  lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
-    outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0, none)
-    records = np.ascontiguousarray(np.concatenate([filters, inputs, gemms, outputs]), dtype=np.int32)
-    graph = TaskGraph(layout, records)
-    # The needs written into the records must equal the counters' in-degrees.
-    need = graph.counter_need
-    for wait, need_col in ((3, 4), (5, 6)):
-        has = records[:, wait] >= 0
-        assert np.array_equal(need[records[has, wait]], records[has, need_col]), "counter needs drifted"
-    return graph

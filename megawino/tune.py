@@ -34,8 +34,7 @@ from . import tuning
 from .mapping import build_interleaved, sequential_equivalent
 from .simulator import CostModel, simulate
 from .spec import LayerSpec
-from .task_sizes import default_params
-from .tasks import build_graph
+from .task_sizes import build_graph, default_params
 from .timeline import Timeline
 from .timing import rotated_inputs
 

@@ -24,7 +24,8 @@ from . import mapping as mapping_mod
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
                     cupy_module, module)
 from .spec import LayerSpec
-from .tasks import COUNTER_STRIDE, TaskGraph, TaskParams, TaskType, build_graph
+from .task_sizes import build_graph
+from .tasks import COUNTER_STRIDE, TaskGraph, TaskParams, TaskType
 from .call_checks import default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError
 

@@ -17,7 +17,8 @@ from megawino.cli import mapping as cli_mapping
 from megawino.cli import _strip_lines, main, resolve_layer
 from megawino.mapping import MappingParams, build_interleaved
 from megawino.networks import find_layer, network_layers
-from megawino.tasks import TaskType, build_graph
+from megawino.task_sizes import build_graph
+from megawino.tasks import TaskType
 from megawino.winograd import direct_conv_nchw, rel_l2
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -194,7 +194,7 @@ def test_mapping_file_overrides_model(tmp_path, monkeypatch, spilling_direct_con
     assert heuristic_config(spec) != chosen
     (tmp_path / "direct_h100.json").write_text(json.dumps(
         {"gpu": "h100", "entries": {direct.mapping_key(spec): {"config": chosen.key, "us": 1.0}}}))
-    monkeypatch.setattr(direct, "mapping_dir", lambda: tmp_path)
+    monkeypatch.setattr(direct.model, "mapping_dir", lambda: tmp_path)
     assert heuristic_config(spec) == chosen
     assert heuristic_config(spec.with_(layout="NHWC")) != chosen or True   # other key: model
     # an entry that fails the filter is ignored

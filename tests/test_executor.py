@@ -4,7 +4,8 @@ import pytest
 from megawino import executor
 from megawino.mapping import interleaved_mapping, sequential_mapping
 from megawino.spec import LayerSpec
-from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, build_graph
+from megawino.task_sizes import build_graph
+from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams
 from megawino.winograd import direct_conv_nchw, rel_l2
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from megawino import executor, mapping as mapping_mod, suite
 from megawino.spec import LayerSpec
-from megawino.task_sizes import default_params
-from megawino.tasks import TaskParams, build_graph
+from megawino.task_sizes import build_graph, default_params
+from megawino.tasks import TaskParams
 from megawino.winograd import direct_conv_nchw, rel_l2
 
 pytestmark = pytest.mark.gpu

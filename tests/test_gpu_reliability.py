@@ -16,7 +16,7 @@ from fuzz_support import float32_bound_violation, random_inputs, random_layer, r
 
 from megawino import abi, mapping as mapping_mod
 from megawino.spec import LayerSpec
-from megawino.tasks import build_graph
+from megawino.task_sizes import build_graph
 
 pytestmark = pytest.mark.gpu
 

@@ -5,7 +5,8 @@ from megawino.mapping import (MappingError, MappingParams, build_interleaved,
                               dependency_distances, sequential_equivalent, sequential_mapping,
                               validate_mapping)
 from megawino.spec import LayerSpec
-from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType, build_graph
+from megawino.task_sizes import build_graph
+from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType
 
 
 def random_case(rng):

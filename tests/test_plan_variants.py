@@ -9,8 +9,8 @@ import pytest
 from megawino import executor, mapping as mapping_mod
 from megawino.winograd_plan import without_filter_tasks
 from megawino.spec import LayerSpec
-from megawino.task_sizes import default_params
-from megawino.tasks import TaskType, build_graph
+from megawino.task_sizes import build_graph, default_params
+from megawino.tasks import TaskType
 
 
 @pytest.mark.parametrize("m", [2, 4])

@@ -9,7 +9,8 @@ from megawino.simulator import (CostModel, default_workers, expected_overlap, si
                                 sm_overlap, task_work)
 from megawino.timeline import Timeline
 from megawino.spec import LayerSpec
-from megawino.tasks import LANE_CHANNELS, TaskParams, TaskType, build_graph
+from megawino.task_sizes import build_graph
+from megawino.tasks import LANE_CHANNELS, TaskParams, TaskType
 
 SMALL = LayerSpec(2, 5, 3, 9, 7)
 MEDIUM = LayerSpec(1, 64, 64, 56, 56)

@@ -6,8 +6,8 @@ import pytest
 
 from megawino import codegen
 from megawino.spec import LayerSpec
-from megawino.task_sizes import default_params
-from megawino.tasks import GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType, build_graph
+from megawino.task_sizes import build_graph, default_params
+from megawino.tasks import GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType
 
 
 def small_params(**kw):

@@ -10,7 +10,8 @@ from rich.console import Console
 
 from megawino.simulator import simulate
 from megawino.spec import LayerSpec
-from megawino.tasks import TaskType, build_graph
+from megawino.task_sizes import build_graph
+from megawino.tasks import TaskType
 from megawino.timeline import Timeline, render
 
 MEDIUM = LayerSpec(1, 64, 64, 56, 56)

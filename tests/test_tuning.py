@@ -6,7 +6,8 @@ import pytest
 from megawino import tuning, user_files
 from megawino.mapping import MappingParams
 from megawino.spec import LayerSpec
-from megawino.tasks import Layout, TaskParams, build_graph
+from megawino.task_sizes import build_graph
+from megawino.tasks import Layout, TaskParams
 from megawino.mapping import build_interleaved
 
 
@@ -329,7 +330,7 @@ def test_bad_direct_table_names_file_and_entry(table, message, tmp_path, monkeyp
     import re
     from megawino import direct
     (tmp_path / "direct_h100.json").write_text(json.dumps(table))
-    monkeypatch.setattr(direct, "mapping_dir", lambda: tmp_path)
+    monkeypatch.setattr(direct.model, "mapping_dir", lambda: tmp_path)
     spec = LayerSpec(64, 64, 64, 56, 56, 1, 1, padding=0)
     with pytest.raises(ValueError) as info:
         direct.heuristic_config(spec)
@@ -344,7 +345,7 @@ def test_direct_user_table_takes_precedence(tmp_path, monkeypatch):
     spec = LayerSpec(64, 64, 64, 56, 56, 1, 1, padding=0)
     shipped, user = DirectConfig(64, 64, 8, 4, 4, 1), DirectConfig(32, 64, 8, 4, 4, 1)
     (tmp_path / "direct_h100.json").write_text(json.dumps(_direct_table({"config": shipped.key})))
-    monkeypatch.setattr(direct, "mapping_dir", lambda: tmp_path)
+    monkeypatch.setattr(direct.model, "mapping_dir", lambda: tmp_path)
     assert direct.heuristic_config(spec) == shipped
     user_files.write_text_atomically(user_files.user_table_path("direct_h100.json"),
                                      json.dumps(_direct_table({"config": user.key})))
@@ -358,7 +359,7 @@ def _fake_direct_measure(spec, cfg):
 def test_direct_tuner_writes_the_user_table(tmp_path, monkeypatch):
     from megawino import direct
     from megawino.direct_tune import tune_layers
-    shipped_dir = direct.mapping_dir()
+    shipped_dir = direct.model.mapping_dir()
     before = {p.name: p.read_bytes() for p in shipped_dir.glob("direct_*.json")}
     spec = LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)
     table = tune_layers([spec], top=2, budget_s=60, gpu="h100", measure=_fake_direct_measure,

@@ -66,7 +66,8 @@ def _build_mapping(spec, args):
     even with --sequential."""
     from .. import tuning
     from ..mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
-    from ..tasks import Layout, build_graph
+    from ..task_sizes import build_graph
+    from ..tasks import Layout
     if not spec.winograd_eligible:
         raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
                          "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")

@@ -34,7 +34,6 @@ Nothing here touches CUDA at import time.
 """
 from __future__ import annotations
 
-from .. import resources as _resources
 from . import config as _config, kernel as _kernel, model as _model, ptxas as _ptxas
 from .config import (DEFAULT_CONFIG, GRID, H100, INT32_LIMIT, DirectConfig, Hardware, all_configs,
                      candidate_configs, estimate_registers, occupancy, resource_ok, structural_ok)
@@ -52,9 +51,7 @@ __all__ = [
     "INT32_LIMIT", "model_terms", "all_configs", "mapping_key", "launch",
 ]
 
-# Also reachable as megawino.direct.<name>, as when this was one module (tests, .tune,
-# bench).  mapping_dir is the hook for the tuned tables: .model looks it up here.
-mapping_dir = _resources.mapping_dir
+# Also reachable as megawino.direct.<name>, as when this was one module (tests, .tune, bench).
 ptxas_report = _ptxas.ptxas_report
 FLUSH_TERMS, FLUSH_MIN_CRS = _config.FLUSH_TERMS, _config.FLUSH_MIN_CRS
 TAP_COL_BIT, TAP_SENTINEL, MAX_FILTER = _config.TAP_COL_BIT, _config.TAP_SENTINEL, _config.MAX_FILTER

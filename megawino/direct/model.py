@@ -14,6 +14,7 @@ import functools
 import json
 import math
 
+from ..resources import mapping_dir
 from ..spec import LayerSpec
 from ..tuning import gpu_key
 from .config import (DEFAULT_CONFIG, H100, NHWC_KEY_SUFFIX, DirectConfig, Hardware, candidate_configs,
@@ -158,9 +159,6 @@ def load_mapping(gpu: str = "h100") -> dict[str, DirectConfig]:
     """Tuned choices: ``mapping/direct_<gpu>.json`` (shipped) updated with the user's tuned
     table (``<cache>/direct_<gpu>.json``, megawino.user_files); a table that breaks the schema
     is a ValueError naming the file and the entry."""
-    # Looked up on the package, so that replacing megawino.direct.mapping_dir (the
-    # tests do) moves the tuned tables, as it did when this was one module.
-    from . import mapping_dir
     from ..user_files import user_table_path
 
     out: dict[str, DirectConfig] = {}

@@ -1,0 +1,86 @@
+"""The package's shape: no import cycle between megawino's modules and no module over 400
+lines, checked on the source with ast (function-level imports count: a cycle through a
+function-level import still couples the two modules both ways)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / "megawino"
+MAX_MODULE_LINES = 400
+
+
+def module_name(path: Path) -> str:
+    """``megawino/direct/model.py`` -> ``megawino.direct.model``; a package's ``__init__.py``
+    is the package itself."""
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The megawino modules that ``name`` imports anywhere in its body.  ``from pkg import x``
+    imports the submodule ``pkg.x`` when there is one, else ``pkg`` itself."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[:len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.add(submodule if submodule in modules else base)
+    return {m for m in found if m in modules and m != name}
+
+
+def import_graph() -> nx.DiGraph:
+    modules = package_modules()
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        graph.add_edges_from((name, target) for target in imported_modules(name, path, modules))
+    return graph
+
+
+def test_the_import_graph_sees_relative_function_level_and_submodule_imports():
+    """The graph builder itself: edges it must find in the package as it is (a builder that
+    finds nothing would pass the cycle test trivially)."""
+    graph = import_graph()
+    assert "megawino.direct.model" in graph and "megawino.tasks" in graph
+    assert graph.has_edge("megawino.direct", "megawino.direct.model")      # from .model import ...
+    assert graph.has_edge("megawino.direct", "megawino.direct.ptxas")      # from . import ptxas as _ptxas
+    assert graph.has_edge("megawino.direct.model", "megawino.tasks")       # from ..tasks import ...
+    assert graph.has_edge("megawino.sweep_gpu", "megawino.runtime")        # in a function: from . import runtime
+    assert graph.has_edge("megawino.sweep", "megawino.sweep_cpu")
+    assert graph.number_of_edges() > 2 * graph.number_of_nodes() // 3
+
+
+def test_no_import_cycle_in_megawino():
+    graph = import_graph()
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return
+    pytest.fail("import cycle: " + " -> ".join([a for a, _ in cycle] + [cycle[-1][1]]))
+
+
+def test_no_module_over_400_lines():
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines())
+             for name, path in package_modules().items()}
+    assert len(sizes) > 20
+    too_long = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"
