@@ -40,8 +40,6 @@ def choices(spec):
 
 
 def main(argv=None) -> int:
-    import cupy
-    from megawino import runtime
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for the .npz files and index.json")
     ap.add_argument("--layers", default=None, help="comma-separated suite layer names")
@@ -49,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", type=int, default=3, help="traced runs per layer and choice")
     ap.add_argument("--reps", type=int, default=15, help="untraced timed runs")
     args = ap.parse_args(argv)
+    import cupy
+    from megawino import runtime
     if args.traces < 1 or args.reps < 1:
         raise ValueError("--traces and --reps must be >= 1")
     out_dir = Path(args.out)

@@ -66,7 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"cuDNN legacy algorithms via ctypes (of {','.join(CUDNN_ALGOS)})")
     p.add_argument("--f64-layers", type=int, default=2,
                    help="first layers also checked against a float64 CPU direct conv (image 0)")
-    p.add_argument("--suite-file", default=None, help="layers.json (default: shared/suite/layers.json)")
+    p.add_argument("--suite-file", default=None, metavar="PATH",
+                   help="a suite file (layers.json format; default: the suite shipped in megawino/data, or $MEGAWINO_SUITE)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tol", type=float, default=TOLERANCE)
     p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,

@@ -20,11 +20,11 @@ for what in "$@"; do
   case $what in
     tests)   step gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py tests/test_gpu_direct.py tests/test_gpu_reliability.py ;;
     direct)  step direct-tune python3 -m megawino.direct_tune --suite direct --batch 64 --budget "${DIRECT_BUDGET:-120}" ;;
-    tune)    step tune python3 bench/tune.py suite --budget "${TUNE_BUDGET:-300}" ;;
+    tune)    step tune python3 -m megawino tune suite --budget "${TUNE_BUDGET:-300}" ;;
     compare) step compare python3 bench/compare.py --out "$out/h100.json" ;;
     compare-direct) step compare-direct python3 bench/compare.py --suite direct --out "$out/h100-direct.json" ;;
     sweep)   step sweep python3 -m megawino sweep resnet50 --batch 64 --compare cudnn --json "$out/sweep-resnet50.json" ;;
-    trace)   step trace python3 bench/trace_overhead.py --json "$out/trace-overhead.json" ;;
+    trace)   step trace python3 bench/experiments/trace_overhead.py --json "$out/trace-overhead.json" ;;
     sanitize) step sanitize bash bench/sanitize.sh ;;
     *) echo "unknown step $what"; exit 2 ;;
   esac

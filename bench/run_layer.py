@@ -19,8 +19,6 @@ from megawino.sweep import random_inputs  # noqa: E402
 
 
 def main(argv=None) -> int:
-    import cupy
-    from megawino import runtime
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("layer")
     ap.add_argument("--suite", default="winograd", choices=("winograd", "direct"))
@@ -28,6 +26,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
+    import cupy
+    from megawino import runtime
     specs = {s.name: s for s in load_suite(suite=args.suite, batch=args.batch)}
     if args.layer not in specs:
         raise ValueError(f"unknown layer {args.layer!r}; {args.suite} suite has {sorted(specs)}")

@@ -3,18 +3,17 @@ the call on a tiny cached layer, the GPU time per call in a burst, and a cProfil
 slowest variant."""
 from __future__ import annotations
 
+import argparse
 import cProfile
 import pstats
 import time
-
-import cupy as cp
-import torch
 
 import megawino
 from megawino import runtime, workspace
 
 
 def host_us(fn, calls=1000):
+    import torch
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
@@ -27,7 +26,10 @@ def host_us(fn, calls=1000):
     return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    import cupy as cp
+    import torch
     x = torch.randn(1, 16, 8, 8, device="cuda")
     w = torch.randn(16, 16, 3, 3, device="cuda")
     y = torch.empty(1, 16, 8, 8, device="cuda")

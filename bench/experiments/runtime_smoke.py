@@ -3,9 +3,9 @@ cached layer (no synchronisation) against torch.nn.functional.conv2d, and the de
 a layer with and without a weight token (prepared U)."""
 from __future__ import annotations
 
+import argparse
 import time
 
-import cupy as cp
 import numpy as np
 
 import megawino
@@ -13,6 +13,7 @@ from megawino.spec import LayerSpec
 
 
 def host_us(fn, calls=2000):
+    import cupy as cp
     fn()
     cp.cuda.Device().synchronize()
     t0 = time.perf_counter()
@@ -26,6 +27,7 @@ def host_us(fn, calls=2000):
 def device_us(fn, reps=15, calls=20):
     """Median device time per call over bursts of ``calls`` back-to-back calls (the GPU stays
     busy, so host time per call does not count while it is below the device time)."""
+    import cupy as cp
     for _ in range(3):
         fn()
     s, e = cp.cuda.Event(), cp.cuda.Event()
@@ -40,7 +42,9 @@ def device_us(fn, reps=15, calls=20):
     return float(np.median(times))
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    import cupy as cp
     spec = LayerSpec(1, 64, 64, 14, 14)
     x = cp.random.standard_normal(spec.input_shape, dtype=cp.float32)
     w = cp.random.standard_normal(spec.weight_shape, dtype=cp.float32)

@@ -48,7 +48,6 @@ def short(name):
 
 
 def main(argv=None):
-    import cupy as cp
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--reps", type=int, default=20)
@@ -58,6 +57,7 @@ def main(argv=None):
     ap.add_argument("--torch-check", action="store_true")
     ap.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"))
     args = ap.parse_args(argv)
+    import cupy as cp
     specs = suite.select_specs(suite.load_suite(suite="winograd", batch=args.batch, layout=args.layout),
                                args.layers)
     best = baseline_best(args.baseline) if args.baseline else {}

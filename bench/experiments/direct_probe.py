@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from megawino import direct  # noqa: E402
 from megawino.direct import kernel  # noqa: E402
@@ -19,12 +19,12 @@ from megawino.winograd import direct_conv_nchw  # noqa: E402
 
 
 def main(argv=None) -> int:
-    import cupy as cp
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("layer", help="a layer of the direct suite")
     ap.add_argument("--top", type=int, default=16, help="configs, best by the model first")
     ap.add_argument("--flush", default="512,256,0", help="flush chunk sizes (0: one chain)")
     args = ap.parse_args(argv)
+    import cupy as cp
     flushes = [int(f) for f in args.flush.split(",")]
     spec = select_specs(load_suite(suite="direct"), [args.layer])[0]
     rng = cp.random.default_rng(0)

@@ -88,7 +88,6 @@ def stage_launcher(plan, mod, ttype, arr=None):
 
 
 def main(argv=None):
-    import cupy as cp
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("variants", "ncu"))
     ap.add_argument("--layers", default="vgg16.conv1_2")
@@ -99,6 +98,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
+    import cupy as cp
     specs = suite.select_specs(suite.load_suite(suite="winograd", batch=args.batch), args.layers)
     variants = [v.strip() for v in args.variants.split(";")]
     stages = args.stages.split(",")

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
@@ -31,12 +31,12 @@ def whole_groups(params):
 
 
 def main(argv=None) -> int:
-    import cupy
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default=None, help="comma-separated suite layer names (default: all)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    import cupy
     suite = load_suite()
     specs = select_specs(suite, args.layers.split(",")) if args.layers else suite
     results = []

@@ -9,7 +9,7 @@ import itertools
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
@@ -25,13 +25,13 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    import cupy
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("layers", help="comma-separated suite layer names")
     ap.add_argument("--dig", type=_ints, default=[66, 264, 528])
     ap.add_argument("--dgo", type=_ints, default=[66, 264, 528])
     ap.add_argument("--m", type=_ints, default=[1, 4])
     args = ap.parse_args(argv)
+    import cupy
     for spec in select_specs(load_suite(), args.layers.split(",")):
         xs, w = rotated_inputs(spec, np.random.default_rng(0))
         tuned_params, tuned_mapping, _ = tuning.choose(spec, key=runtime.gpu_name_key())

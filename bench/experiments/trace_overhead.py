@@ -11,7 +11,7 @@ from pathlib import Path
 try:
     import megawino  # noqa: F401
 except ImportError:       # run from a checkout without installing
-    sys.path.append(str(Path(__file__).resolve().parent.parent))
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
@@ -20,14 +20,14 @@ from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 
 def main(argv=None) -> int:
-    import cupy
-    from megawino import runtime
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default=None, help="comma-separated suite layer names")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    import cupy
+    from megawino import runtime
     specs = select_specs(load_suite(suite="winograd", batch=args.batch), args.layers)
     rng = np.random.default_rng(0)
     rows = []
