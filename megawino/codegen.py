@@ -3,7 +3,7 @@
 Task-type codes, task-record fields and layout constants are defined once in
 :mod:`megawino.tasks`; the CUDA side includes the generated header.  The header
 is committed (so ``nvcc`` can build ``cuda/*.cu`` on its own) and
-``tests/test_codegen.py`` fails when it is stale.  Regenerate with
+``tests/test_tasks.py::test_generated_header_is_current`` fails when it is stale.  Regenerate with
 ``python -m megawino.codegen``.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ from .resources import cuda_dir, source_hash
 
 BLOCK_THREADS = 256
 KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
-# How the batched GEMM multiplies (cuda/gemm.cuh, bench/NOTES.md 40) -> its MW_GEMM_TF32X3 value.
+# How the batched GEMM multiplies (cuda/gemm.cuh) -> its MW_GEMM_TF32X3 value.
 # "3xtf32": tensor cores, each fp32 operand split into two TF32 parts, fp32 accumulation (the
 # default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per element.
 GEMM_MATHS = {"3xtf32": 1, "ffma": 0}
@@ -92,7 +92,7 @@ def define_name(option: str) -> str | None:
 
 def extra_defines() -> tuple[str, ...]:
     """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
-    compile: how an opt-in CUDA variant (bench/NOTES.md) runs under the tests and bench scripts.
+    compile: how an opt-in CUDA variant runs under the tests and bench scripts.
     Malformed entries and defines the runtime owns (:func:`owned_defines`) are a ValueError."""
     return check_extra_defines(tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split()))
 

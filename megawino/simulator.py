@@ -1,6 +1,6 @@
 """Discrete-event simulator of the persistent megakernel, with a roofline cost model.
 
-Model of the kernel (DESIGN.md, "The megakernel"): P persistent workers (resident
+Model of the kernel (docs/design.md, "The persistent megakernel"): P persistent workers (resident
 blocks) claim tickets in mapping order; whichever worker is free first takes the
 next ticket (ties: lowest worker id).  A worker that claims a ticket at ``fetch``
 starts the task at ``max(fetch, ready) + handoff_us`` where ``ready`` is the time
@@ -271,9 +271,9 @@ class CostModel:
         """``sibling_weight`` from SIBLING_WEIGHTS whose simulation of the traced mapping comes
         closest to the median traced makespan.  On a small layer the makespan is set by the
         slowest task of a short tail, and whether its SM sibling is busy depends on which
-        blocks freed up together (densenet161.block4: 4-8 of its 16 last output tasks shared
-        an SM, the decorrelated model ran all alone: -13%, bench/NOTES.md 35).  Kept at the
-        current weight when every mapping traced differs or no solo factor is below 1."""
+        blocks freed up together, which a model that treats siblings as independent misses.
+        Kept at the current weight when every mapping traced differs or no solo factor is
+        below 1."""
         if all(v == 1.0 for v in self.solo.values()):
             return self
         orders = {tuple(tl.task.tolist()) for tl in timelines}

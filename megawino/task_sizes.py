@@ -17,28 +17,27 @@ from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, INT32_MAX, K
                     TaskParams, TaskType, round_up)
 from .winograd import tiles_for
 
-GEMM_WIDE_K = 128        # default_params' GEMM task width (bench/NOTES.md exp. 6)
+GEMM_WIDE_K = 128        # default_params' GEMM task width: fewer V re-reads than 64-channel tasks
 DEFAULT_WORKERS = 264    # 132 SMs x 2 resident megakernel blocks on the H100
 FILTER_MIN_PAIRS = 256   # fewest (c, k) pairs a filter task covers: one per thread of a
                          # 256-thread block (megawino.nvrtc.BLOCK_THREADS)
 
 
 def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
-    """Sensible task sizes for a layer (the tuner in bench/tune.py refines them).
+    """Sensible task sizes for a layer (``megawino tune`` refines them).
 
     Rule: GEMM tasks of about 128 tiles x min(K, 128) channels; transform tasks of about
     4096 (tile, channel) pairs so each of 256 threads has work, split further (down to
     LANE_CHANNELS channels, a warp's width, then down to TRANSFORM_MIN_TILES tiles) while
     there are fewer transform tasks than resident workers (filter tasks likewise, from 1024
-    down to FILTER_MIN_PAIRS pairs): on small layers coarse transforms
-    left most blocks idle (densenet161.block3: 48 input tasks of 53 us for 264 workers;
-    bench/NOTES.md 20 and 32).
+    down to FILTER_MIN_PAIRS pairs): on small layers a few long transform tasks would leave
+    most resident blocks idle.
     """
     spec.require_winograd()
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
     k_stride = round_up(spec.K, K_ALIGN)
-    # 128 output channels per GEMM task where K allows: fewer, longer GEMM tasks made the
-    # megakernel 2-5% faster on the wide layers (bench/NOTES.md experiment 6).
+    # 128 output channels per GEMM task where K allows: fewer, longer GEMM tasks re-read
+    # each V row block fewer times.
     gemm_k = min(k_stride, GEMM_WIDE_K)
     # 128-row GEMM tasks (64-row tasks run the narrow tile at 20-23 TFLOP/s) as long
     # as they still make about two waves of the resident blocks.

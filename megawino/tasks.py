@@ -101,7 +101,7 @@ class TaskParams:
     # Tiles one input / output transform task covers: a divisor of tiles_per_group (None: the
     # whole group).  Splitting a group's tiles over several transform tasks shortens the first
     # and last phase of small layers, where a handful of long transform tasks kept most blocks
-    # idle (bench/NOTES.md 32).
+    # idle.
     input_tiles_per_task: int | None = None
     output_tiles_per_task: int | None = None
 

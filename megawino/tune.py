@@ -1,4 +1,4 @@
-"""The mapping tuner behind ``megawino tune`` and ``bench/tune.py``.
+"""The mapping tuner behind ``megawino tune``.
 
 For each layer (GPU required):
 1. run the heuristic choice ``traces`` times (default 3) with tracing and calibrate
@@ -83,7 +83,7 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
         extra += sorted(sims, key=lambda r: r["predicted_us"])[:2]
     # M = 1 (one group at a time through the GEMMs) for the best task size is always
     # measured: with few groups, M > 1 leaves a tail of output transforms after the last
-    # GEMM that the simulator underestimates (bench/NOTES.md, the sequential analysis).
+    # GEMM that the simulator underestimates.
     one = dataclasses.replace(base[0]["mapping"], m=1)
     if all(c["mapping"] != one or c["params"] != base[0]["params"] for c in base + extra):
         extra.append({"params": base[0]["params"], "mapping": one,

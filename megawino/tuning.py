@@ -256,8 +256,7 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
     tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
                             base.tiles_per_group})
-    # Up to 256 output channels per GEMM task: wider tasks re-read each V row block fewer
-    # times (128 beat 64 in the megakernel, bench/NOTES.md experiment 6).
+    # Up to 256 output channels per GEMM task: wider tasks re-read each V row block fewer times.
     gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128, 256)})
     per_task_pairs = 4096
     for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
@@ -272,14 +271,14 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
                                      input_channels_per_task=input_channels, output_k_per_task=output_k,
                                      input_tiles_per_task=None, output_tiles_per_task=None)
                  for input_channels, output_k in chunks]
-        # Transform tiles: whole groups, and default_params' split rule (bench/NOTES.md 32).
+        # Transform tiles: whole groups, and default_params' split rule for small layers.
         splits = {(tiles_per_group, tiles_per_group)} | {transform_split(spec, p, workers) for p in whole}
         for params_whole, (input_tiles, output_tiles) in itertools.product(whole, sorted(splits)):
             params = dataclasses.replace(params_whole, input_tiles_per_task=input_tiles,
                                          output_tiles_per_task=output_tiles)
             # Distances in fractions and multiples of a wave of resident blocks (4 and 8 waves
-            # hold outputs back until most GEMMs are through: resnet50.conv4_x's best mapping
-            # with short transform tasks, bench/NOTES.md 37); M from no filter reuse to 8.
+            # hold outputs back until most GEMMs are through, which suits layers with short
+            # transform tasks); M from no filter reuse to 8.
             waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
             for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):
                 if group_m <= groups:

@@ -2,7 +2,7 @@
 that is not what the caller expects).
 
 The tuned tables shipped in the package (``mapping/``) are read-only defaults; ``megawino
-tune``, ``python -m megawino.direct_tune`` and ``bench/tune.py`` write to
+tune`` and ``python -m megawino.direct_tune`` write to
 
 1. ``$MEGAWINO_CACHE_DIR`` if set, else
 2. ``$XDG_CACHE_HOME/megawino`` if ``XDG_CACHE_HOME`` is an absolute path, else

@@ -208,8 +208,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"))
     parser.add_argument("--top", type=int, default=12,
-                        help="configs measured per layer, best by the model first (top 4 missed "
-                             "2-7%% on five suite layers: bench/NOTES.md 17)")
+                        help="configs measured per layer, best by the model first (the model's "
+                             "ranking is not sharp enough for a shorter list)")
     parser.add_argument("--budget", type=float, default=280.0, help="seconds")
     parser.add_argument("--out", default=None,
                         help="JSON path (default: direct_<gpu>.json in $MEGAWINO_CACHE_DIR, else "
