@@ -264,6 +264,7 @@ def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:
     ours = [name for name in layer.candidates if name != "pytorch"]
     if not ours:
         return "pytorch"
-    best = runtime.choose_algo(layer.spec, gemm_math) if layer.spec.winograd_eligible else ours[0]
+    best = (runtime.choose_algo(layer.spec, gemm_math, prepared_weights=True)
+            if layer.spec.winograd_eligible else ours[0])
     return runtime.choose_fastest(layer.choice_key, {best: functools.partial(run, best),
                                                      "pytorch": functools.partial(run, "pytorch")})
