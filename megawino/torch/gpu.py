@@ -114,6 +114,7 @@ def _gpu():
     return cupy, runtime
 
 
+@functools.cache
 def _conv_flags():
     """torch's per-operator cuDNN convolution flags where it has them (mixing them with the
     legacy ``allow_tf32`` is an error), else None."""
