@@ -22,6 +22,8 @@
 // tiles k+1 .. k+STAGES-1.  STAGES comes from megawino/direct/config.py.
 #pragma once
 
+#include "ptx.cuh"
+
 // Tap-bit layout (megawino/direct/config.py TAP_COL_BIT, TAP_SENTINEL: passed by DirectConfig.defines).
 #ifndef MW_DIRECT_TAP_COL_BIT
 #define MW_DIRECT_TAP_COL_BIT 15
@@ -39,21 +41,6 @@
 #endif
 
 namespace mw_direct {
-
-// cp.async wrappers.  src_bytes 0 reads nothing and zero-fills the destination.
-__device__ __forceinline__ void copy4_async(float* smem, const float* gmem, bool valid) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void copy16_async(float* smem, const float* gmem, bool valid = true) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
 
 struct Params {
     const float* __restrict__ x;      // input, NCHW or NHWC
@@ -173,8 +160,8 @@ __device__ __forceinline__ void conv_block(const Params& p) {
                 if (T::A_VECS % THREADS == 0 || e < T::A_VECS) {
                     const int krow = e / (BM / 4);
                     const bool inside = x_quad >= 0 && kbase + krow < p.C;
-                    copy16_async(&As[slot][krow][4 * quad],
-                                 inside ? p.x + x_quad + (kbase + krow) * P : p.x, inside);
+                    mw::cp_async_cg16(&As[slot][krow][4 * quad],
+                                      inside ? p.x + x_quad + (kbase + krow) * P : p.x, inside);
                 }
             }
         } else {
@@ -204,7 +191,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
                         // with src-size 0).
                         src = reinterpret_cast<const float*>(my_x + 4ll * (inside ? t.x : -my_pixel.x));
                     }
-                    copy4_async(a_slot + krow * LDA + col, src, inside);
+                    mw::cp_async_ca4(a_slot + krow * LDA + col, src, inside);
                 }
             }
         }
@@ -214,7 +201,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
             if (T::B_VECS % THREADS == 0 || e < T::B_VECS) {
                 const int row = e / (BN / 4);
                 const int col = (e % (BN / 4)) * 4;
-                copy16_async(&Bs[slot][row][col], p.wt + (size_t)(kbase + row) * p.ldw + k0n + col);
+                mw::cp_async_cg16(&Bs[slot][row][col], p.wt + (size_t)(kbase + row) * p.ldw + k0n + col, true);
             }
         }
     };
@@ -247,17 +234,17 @@ __device__ __forceinline__ void conv_block(const Params& p) {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (c0 + s < c1) load_tile(c0 + s, s);
-            copy_commit();
+            mw::cp_async_commit();
         }
         int slot = 0;
         for (int kt = c0; kt < c1; ++kt) {
-            copy_wait<STAGES - 2>();
+            mw::cp_async_wait<STAGES - 2>();
             // Tile kt is visible to all threads, and every thread is done with the slot
             // the next copy overwrites (read in iteration kt - 1).
             __syncthreads();
             const int ahead = kt + STAGES - 1;
             if (ahead < c1) load_tile(ahead, slot == 0 ? STAGES - 1 : slot - 1);
-            copy_commit();
+            mw::cp_async_commit();
 #pragma unroll
             for (int kk = 0; kk < BK; ++kk) {
                 float a[TM], b[TN];
@@ -278,7 +265,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
             }
             slot = slot == STAGES - 1 ? 0 : slot + 1;
         }
-        copy_wait<0>();
+        mw::cp_async_wait<0>();
         __syncthreads();   // the next chunk's prologue refills the ring
     };
 
@@ -304,9 +291,8 @@ template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
 __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[TM][TN], bool add,
                                            int m0, int k0n, int tx, int ty) {
     using T = Tile<BM, BN, BK, TM, TN, NHWC>;
-    // Opaque copies: keep the compiler from hoisting this address math out of the
-    // k-loop (where the flush calls it), which would hold registers across the FFMAs.
-    asm volatile("" : "+r"(m0), "+r"(k0n), "+r"(tx), "+r"(ty));
+    // The flush calls this inside the k-loop: its address math must not be hoisted there.
+    mw::opaque(m0, k0n, tx, ty);
     const int P = p.OH * p.OW;
     const bool y_aligned = (reinterpret_cast<unsigned long long>(p.y) & 15ull) == 0;
     if constexpr (!NHWC) {

@@ -25,6 +25,7 @@
 
 #include "generated_tasks.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
@@ -70,16 +71,6 @@ union GemmSmem {
   GemmSmemNarrow n;
 };
 
-__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;   // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // x = big + small, both TF32 bit patterns (low 13 mantissa bits zero): big rounds x to nearest
 // (ties away, as cvt.rna.tf32.f32, in two integer ops: x is finite), small = x - big (exact in
 // fp32) truncated.  big*big + big*small + small*big carry x*y to about 2^-21 relative
@@ -88,29 +79,6 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
   big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
   small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
 }
-// d += a (16 x 8, row) * b (8 x 8, col) on the tensor cores.  Not volatile: the MMA is a pure
-// function of its operands, so the compiler may interleave independent MMAs (the volatile
-// form kept every MMA in source order, each waiting on the previous one: bench/NOTES.md 40).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// d = a * b (the accumulator input is zero).
-__device__ __forceinline__ void mma_tf32_zero(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
-}
-
-__device__ __forceinline__ int thread_index() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return static_cast<int>(t);
-}
-
 // Shared-memory layout of a ROWS-row tile: STAGES A stages, then STAGES B stages.  The FFMA build
 // keeps GemmSmemNarrow's layout (128-row A stages, 3 stages) for every tile.
 template <int ROWS>
@@ -182,10 +150,10 @@ __device__ __forceinline__ void gemm_tile(GemmSmemNarrow& sm, const float* Vp, c
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const bool ok = kbase + a_ch[r] < c_stride;
-      cp_async16(&a_stage(stage)[a_row[r] * L::A_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
+      cp_async_cg16(&a_stage(stage)[a_row[r] * L::A_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
     }
     const bool ok = b_col_ok && kbase + b_k < c_stride;
-    cp_async16(&b_stage(stage)[b_k * L::B_STRIDE + b_dst_col],
+    cp_async_cg16(&b_stage(stage)[b_k * L::B_STRIDE + b_dst_col],
                ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
 

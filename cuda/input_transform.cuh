@@ -10,6 +10,7 @@
 
 #include "generated_tasks.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
@@ -214,10 +215,6 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
 // Wino<M>::bt calls per (tile, channel) as input_transform_task_v2: same bits.  The loop is
 // warp-uniform (whole warp per item; lanes past c1 compute zeros that are never stored); NT
 // threads per block; a task's tile count is even (a multiple of tasks.TRANSFORM_MIN_TILES).
-__device__ __forceinline__ void st_global(float* ptr, float v) {
-  asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
-}
-
 template <int M, int NT>
 __device__ __forceinline__ void input_transform_task_lanes(const Params& p, const float* x, int group,
                                                            int index, float* sbuf) {

@@ -8,6 +8,7 @@
 #include "generated_tasks.cuh"
 #include "input_transform.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
@@ -155,18 +156,6 @@ __device__ __forceinline__ void output_transform_task_v2(const Params& p, float*
 // at byte address base + q * NT * 4, base = its 4-byte column: conflict-free, no barrier needed
 // (a thread reads back only what it wrote).  Explicit st/ld.shared so that the compiler can
 // neither forward the value in a register nor drop the store.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void sts_f32(unsigned a, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
-}
-__device__ __forceinline__ float lds_f32(unsigned a) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
-  return v;
-}
-
 // Version 2 with 2 output channels per thread under a 128-register cap (the megakernel,
 // experiment 8): the same lane map, float2 M loads, arithmetic and y stores as
 // output_transform_task_v2<.., 2, CW>, but the second channel of each float2 goes straight to the
