@@ -29,7 +29,6 @@
 
 namespace mw {
 
-constexpr int BLOCK_THREADS = 256;
 constexpr int GEMM_BM = 128;
 constexpr int GEMM_BN = 64;
 constexpr int GEMM_BK = 16;

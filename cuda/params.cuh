@@ -13,3 +13,13 @@
 #ifndef MW_NHWC
 #define MW_NHWC 0
 #endif
+
+namespace mw {
+
+// Threads of every Winograd kernel's block (megawino.nvrtc.BLOCK_THREADS launches them).
+constexpr int BLOCK_THREADS = 256;
+// Channels one warp of a transform covers, so that each warp access is whole 128-byte lines
+// (megawino.tasks.LANE_CHANNELS sizes the tasks by it).
+constexpr int LANE_CHANNELS = 32;
+
+}  // namespace mw
