@@ -34,10 +34,10 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     switch (type) {
       case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
       case TASK_INPUT:
-        input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, reinterpret_cast<float*>(&smem));
+        input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats);
         break;
       case TASK_OUTPUT:
-        output_transform_parked<MW_M, MW_NHWC != 0>(p, y, group, index, reinterpret_cast<float*>(&smem));
+        output_transform_parked<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats);
         break;
       case TASK_GEMM: gemm_task(p, smem, group, index); break;
       default: break;
