@@ -16,10 +16,6 @@
 #include "params.cuh"
 #include "ptx.cuh"
 
-#ifndef MW_GEMM_TF32X3
-#define MW_GEMM_TF32X3 1
-#endif
-
 namespace mw {
 
 constexpr int GEMM_BM = 128;

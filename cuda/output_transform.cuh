@@ -56,10 +56,11 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
 
 // What an output task covers: tpg tiles from t_base (its slice of the group), channels [k0, k1)
 // in nkg groups of LANE_CHANNELS, and items = tpg * nkg * OUTPUT_LPT lane slots; M's stride
-// between positions.
+// between positions; vec: every lane slot holds OUTPUT_CPT real channels, aligned for one load.
 struct OutputItems {
   int tpg, K, k0, k1, nkg, items, ks;
   long long t_base, plane;
+  bool vec;
 };
 __device__ __forceinline__ OutputItems output_items(const Params& p, int group, int index) {
   OutputItems o;
@@ -74,6 +75,7 @@ __device__ __forceinline__ OutputItems output_items(const Params& p, int group, 
   o.ks = static_cast<int>(p.k_stride);
   o.t_base = slice.t_base;
   o.plane = p.tiles_padded * p.k_stride;
+  o.vec = (o.k0 % OUTPUT_CPT) == 0 && ((o.k1 - o.k0) % OUTPUT_CPT) == 0;
   return o;
 }
 
@@ -108,28 +110,25 @@ __device__ __forceinline__ void output_transform_registers(const Params& p, floa
   constexpr int AA = A * A;
   constexpr int CPT = OUTPUT_CPT;
   const OutputItems o = output_items(p, group, index);
-  const int k1 = o.k1;
-  const long long plane = o.plane;
-  const bool vec = (o.k0 % CPT) == 0 && ((k1 - o.k0) % CPT) == 0;
 
   for_each_output_item(p, o, [&](int kb, long long t, const float* src) {
     float mm[CPT][AA];
-    if (vec) {
+    if (o.vec) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
+        const float2 f = *reinterpret_cast<const float2*>(src + q * o.plane);
         mm[0][q] = f.x; mm[1][q] = f.y;
       }
     } else {
 #pragma unroll
       for (int ci = 0; ci < CPT; ++ci)
 #pragma unroll
-        for (int q = 0; q < AA; ++q) mm[ci][q] = kb + ci < k1 ? src[q * plane + ci] : 0.0f;
+        for (int q = 0; q < AA; ++q) mm[ci][q] = kb + ci < o.k1 ? src[q * o.plane + ci] : 0.0f;
     }
     const TileCoord tc = tile_coord(p, t);
 #pragma unroll
     for (int ci = 0; ci < CPT; ++ci) {
-      if (kb + ci < k1) output_store_channel<M, NHWC>(p, y, mm[ci], tc, kb + ci);
+      if (kb + ci < o.k1) output_store_channel<M, NHWC>(p, y, mm[ci], tc, kb + ci);
     }
   });
 }
@@ -145,20 +144,16 @@ __device__ __forceinline__ void output_transform_parked(const Params& p, float* 
                                                         float* sbuf) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  constexpr int CPT = OUTPUT_CPT;
   const OutputItems o = output_items(p, group, index);
-  const int k1 = o.k1;
-  const long long plane = o.plane;
-  const bool vec = (o.k0 % CPT) == 0 && ((k1 - o.k0) % CPT) == 0;
   const unsigned sa = smem_addr(sbuf) + threadIdx.x * 4u;
 
   for_each_output_item(p, o, [&](int kb, long long t, const float* src) {
     float mm[AA];
-    if (vec) {
+    if (o.vec) {
       float hi[AA];
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
+        const float2 f = *reinterpret_cast<const float2*>(src + q * o.plane);
         mm[q] = f.x;
         hi[q] = f.y;
       }
@@ -167,13 +162,13 @@ __device__ __forceinline__ void output_transform_parked(const Params& p, float* 
     } else {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        mm[q] = src[q * plane];
-        sts_f32(sa + q * (BLOCK_THREADS * 4), kb + 1 < k1 ? src[q * plane + 1] : 0.0f);
+        mm[q] = src[q * o.plane];
+        sts_f32(sa + q * (BLOCK_THREADS * 4), kb + 1 < o.k1 ? src[q * o.plane + 1] : 0.0f);
       }
     }
     const TileCoord tc = tile_coord(p, t);
     output_store_channel<M, NHWC>(p, y, mm, tc, kb);
-    if (kb + 1 < k1) {
+    if (kb + 1 < o.k1) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) mm[q] = lds_f32(sa + q * (BLOCK_THREADS * 4));
       output_store_channel<M, NHWC>(p, y, mm, tc, kb + 1);
