@@ -295,6 +295,16 @@ __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[T
     mw::opaque(m0, k0n, tx, ty);
     const int P = p.OH * p.OW;
     const bool y_aligned = (reinterpret_cast<unsigned long long>(p.y) & 15ull) == 0;
+    // body(j, k) for each output channel k < K of the thread, j its column of acc.
+    auto for_each_channel = [&](auto&& body) {
+#pragma unroll
+        for (int jn = 0; jn < TN / 4; ++jn)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
+                if (k < p.K) body(4 * jn + q, k);
+            }
+    };
     if constexpr (!NHWC) {
         // y[n][k][pix]: four consecutive pixels of a thread are contiguous when they
         // lie in one image; with P % 4 == 0 and m % 4 == 0 they always do.
@@ -306,23 +316,17 @@ __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[T
                 if (mb < p.M) {
                     const int n = mb / P;
                     const int pix = mb - n * P;
-#pragma unroll
-                    for (int jn = 0; jn < TN / 4; ++jn)
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
-                            if (k < p.K) {
-                                const float4 v = make_float4(acc[4 * jm + 0][4 * jn + q], acc[4 * jm + 1][4 * jn + q],
-                                                             acc[4 * jm + 2][4 * jn + q], acc[4 * jm + 3][4 * jn + q]);
-                                float4* dst = reinterpret_cast<float4*>(p.y + ((size_t)(n * p.K + k) * P + pix));
-                                if (add) {
-                                    const float4 o = *dst;
-                                    *dst = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
-                                } else {
-                                    *dst = v;
-                                }
-                            }
+                    for_each_channel([&](int j, int k) {
+                        const float4 v = make_float4(acc[4 * jm + 0][j], acc[4 * jm + 1][j], acc[4 * jm + 2][j],
+                                                     acc[4 * jm + 3][j]);
+                        float4* dst = reinterpret_cast<float4*>(p.y + ((size_t)(n * p.K + k) * P + pix));
+                        if (add) {
+                            const float4 o = *dst;
+                            *dst = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                        } else {
+                            *dst = v;
                         }
+                    });
                 }
             } else {
 #pragma unroll
@@ -331,16 +335,10 @@ __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[T
                     if (m < p.M) {
                         const int n = m / P;
                         const int pix = m - n * P;
-#pragma unroll
-                        for (int jn = 0; jn < TN / 4; ++jn)
-#pragma unroll
-                            for (int q = 0; q < 4; ++q) {
-                                const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
-                                if (k < p.K) {
-                                    float* dst = p.y + ((size_t)(n * p.K + k) * P + pix);
-                                    *dst = add ? *dst + acc[4 * jm + r][4 * jn + q] : acc[4 * jm + r][4 * jn + q];
-                                }
-                            }
+                        for_each_channel([&](int j, int k) {
+                            float* dst = p.y + ((size_t)(n * p.K + k) * P + pix);
+                            *dst = add ? *dst + acc[4 * jm + r][j] : acc[4 * jm + r][j];
+                        });
                     }
                 }
             }
