@@ -31,11 +31,11 @@
 #ifndef MW_DIRECT_TAP_SENTINEL
 #define MW_DIRECT_TAP_SENTINEL 0x80000000u
 #endif
-// Reduction terms per flush of the register tile into y (0: no flush, one chain).
 // Pipeline depth (DirectConfig.stages: as many as fit the static shared-memory budget).
 #ifndef MW_DIRECT_STAGES
 #define MW_DIRECT_STAGES 2
 #endif
+// Reduction terms per flush of the register tile into y (0: no flush, one chain).
 #ifndef MW_DIRECT_FLUSH_TERMS
 #define MW_DIRECT_FLUSH_TERMS 0
 #endif
@@ -221,13 +221,12 @@ __device__ __forceinline__ void conv_block(const Params& p) {
         write_tile<BM, BN, BK, TM, TN, NHWC>(p, tile, add, m0, k0n, tx, ty);
     };
 
-    // Two-level summation (when MW_DIRECT_FLUSH_TERMS > 0): every FLUSH_KTILES k-tiles
-    // (MW_DIRECT_FLUSH_TERMS reduction terms) a thread adds its register tile into its own output elements and starts
-    // again from zero.  A float32 chain of C*R*S FMAs has a relative error growing like
-    // sqrt(C*R*S) * 2^-24 (about 2e-6 at 14700 terms); chunks of 256 keep it near 3e-7.
-    // Each output element belongs to one thread, so there is no race; the order of the
-    // additions is fixed, so results are deterministic.
-    // One software-pipelined pass over k-tiles [c0, c1) into acc.
+    // Two-level summation (MW_DIRECT_FLUSH_TERMS > 0): every MW_DIRECT_FLUSH_TERMS reduction
+    // terms a thread adds its register tile into its own output elements and starts again from
+    // zero, because a float32 chain's relative error grows like sqrt(terms) * 2^-24
+    // (megawino.direct.config.flush_terms picks the layers).  Each output element belongs to
+    // one thread and the order of the additions is fixed, so results are deterministic.
+    // run_chunk: one software-pipelined pass over k-tiles [c0, c1) into acc.
     auto run_chunk = [&](int c0, int c1) {
         // Prologue: STAGES - 1 tiles in flight.  One commit group per tile (empty past
         // the end) keeps "wait until STAGES - 2 groups are pending" meaning "tile kt landed".

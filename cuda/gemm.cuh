@@ -27,9 +27,10 @@ static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
 static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
 static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 
-// Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: the FFMA
-// layout (3 stages of padded 128-row A and 16 x 64 B), with B rows of 72 floats under 3xTF32
-// (its unpadded layout needs less; the larger size keeps the footprint of the measured build).
+// Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
+// of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
+// need less), so that the block's shared-memory footprint, and with it the L1 / shared split
+// the kernels are tuned under, is that of the padded layouts.
 struct GemmSmem {
   float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 ? 8 : 0)))];
 };

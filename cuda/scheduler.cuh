@@ -79,7 +79,6 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
 
 // Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
 // ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
-// (Claiming the next ticket while the current task runs was slower: bench/NOTES.md 34.)
 __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   int* state = reinterpret_cast<int*>(p.state);
   slot.ticket = -1;
