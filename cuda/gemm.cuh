@@ -44,10 +44,10 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
   small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
 }
 
-// Where a 3xTF32 stage keeps 16-byte chunk `chunk` of B row k, given k_quad = k >> 2: the chunks
-// are XOR-swizzled by k_quad & 3, so that a warp's fragment reads (rows 4 t4 + 2 q, t4 = 0..3)
-// hit 32 distinct banks without padding.
-__device__ __forceinline__ int swizzled_b_chunk(int k_quad, int chunk) { return chunk ^ (2 * (k_quad & 3)); }
+// Where a 3xTF32 stage keeps 16-byte chunk `chunk` of B row k: the chunks are XOR-swizzled by
+// (k >> 2) & 3, so that a warp's fragment reads (rows 4 t4 + 2 q, t4 = 0..3) hit 32 distinct
+// banks without padding.
+__device__ __forceinline__ int swizzled_b_chunk(int k, int chunk) { return chunk ^ (2 * ((k >> 2) & 3)); }
 
 // 3xTF32 fragments of a ROWS x 64 tile: warps own 32 x 32 (ROWS 128: 4 x 2 warps) or 32 x 16
 // (ROWS 64: 2 x 4 warps) blocks of m16n8k8 MMAs.  Each operand is split into two TF32 parts and
@@ -104,7 +104,8 @@ struct Tf32x3Fragments {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int n = warp_col + 8 * nt + g;
-        const float* bp = Bs + (4 * t4 + 2 * q) * GEMM_BN + ((swizzled_b_chunk(t4, n >> 2) << 2) | (n & 3));
+        // Rows 4 t4 + 2 q and 4 t4 + 2 q + 1 share row 4 t4's swizzle.
+        const float* bp = Bs + (4 * t4 + 2 * q) * GEMM_BN + ((swizzled_b_chunk(4 * t4, n >> 2) << 2) | (n & 3));
         split_tf32(bp[0], b_big[nt][0], b_small[nt][0]);
         split_tf32(bp[GEMM_BN], b_big[nt][1], b_small[nt][1]);
       }
@@ -243,7 +244,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
   const int b_k = tid >> 4;            // 0..15
   const int b_col = (tid & 15) * 4;    // 0..60
   const bool b_col_ok = col0 + b_col < col_end;
-  const int b_dst_col = F::SWIZZLE_B ? swizzled_b_chunk(b_k >> 2, b_col >> 2) << 2 : b_col;
+  const int b_dst_col = F::SWIZZLE_B ? swizzled_b_chunk(b_k, b_col >> 2) << 2 : b_col;
   const float* a_src[A_PER_THREAD];
 #pragma unroll
   for (int r = 0; r < A_PER_THREAD; ++r) a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch[r];
