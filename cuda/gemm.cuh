@@ -60,6 +60,11 @@ struct Tf32x3Fragments {
   static constexpr int A_STRIDE = GEMM_BK;
   static constexpr int A_STAGE = ROWS * A_STRIDE;
   static constexpr bool SWIZZLE_B = true;
+  // GEMM_STAGES A stages of ROWS rows, then GEMM_STAGES B stages (16 x 64).
+  static __device__ __forceinline__ float* a_stage(float* const& smem, int stage) { return smem + stage * A_STAGE; }
+  static __device__ __forceinline__ float* b_stage(float* const& smem, int stage) {
+    return smem + GEMM_STAGES * A_STAGE + stage * (GEMM_BK * GEMM_BN);
+  }
   static constexpr int MT = 2;   // m16 blocks per warp
   static constexpr int WARPS_M = ROWS / (16 * MT);
   static constexpr int WARPS_N = BLOCK_THREADS / 32 / WARPS_M;
@@ -160,6 +165,17 @@ struct FfmaFragments {
   static constexpr int A_STRIDE = GEMM_BK + 4;
   static constexpr int A_STAGE = GEMM_BM * A_STRIDE;
   static constexpr bool SWIZZLE_B = false;
+  // GEMM_STAGES A stages of 128 padded rows (for every ROWS), then GEMM_STAGES B stages (16 x 64).
+  struct Stages {
+    float A[GEMM_STAGES][A_STAGE];
+    float B[GEMM_STAGES][GEMM_BK * GEMM_BN];
+  };
+  static __device__ __forceinline__ float* a_stage(float* const& smem, int stage) {
+    return reinterpret_cast<Stages*>(smem)->A[stage];
+  }
+  static __device__ __forceinline__ float* b_stage(float* const& smem, int stage) {
+    return reinterpret_cast<Stages*>(smem)->B[stage];
+  }
   static constexpr int MI = ROWS / 16;
   static constexpr int ACC_ROWS = MI;   // acc[i]: row tr + 16 i, columns tc * 4 + [0, 4)
   using Acc = float[ACC_ROWS][4];
@@ -214,10 +230,10 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 
 // One ROWS x 64 output tile: rows [row0, row0 + ROWS) of Vp / Mp, columns [col0, col0 + 64) of
 // Up / Mp, columns >= col_end predicated off.  The cp.async ring is shared by both arithmetics:
-// GEMM_STAGES stages of A (F::A_STAGE floats, rows of F::A_STRIDE), then GEMM_STAGES stages of B
-// (16 rows of 64 floats, chunks at swizzled_b_chunk when F::SWIZZLE_B); each thread copies fixed
-// 16-byte chunks of every stage, GEMM_STAGES - 1 k tiles ahead of the one being multiplied, and
-// k beyond c_stride and columns >= col_end are zero-filled.
+// stages at F::a_stage / F::b_stage (A rows of F::A_STRIDE floats, B rows of 64 with the chunks
+// at swizzled_b_chunk when F::SWIZZLE_B); each thread copies fixed 16-byte chunks of every stage,
+// GEMM_STAGES - 1 k tiles ahead of the one being multiplied, and k beyond c_stride and columns
+// >= col_end are zero-filled.
 template <int ROWS>
 __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
                                           long long row0, int col0, int col_end, int c_stride, int k_stride) {
@@ -226,8 +242,8 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
   static_assert(GEMM_STAGES * (F::A_STAGE + B_STAGE) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)),
                 "stages fit");
   float* const smem = sm.floats;
-  auto a_stage = [&](int stage) { return smem + stage * F::A_STAGE; };
-  auto b_stage = [&](int stage) { return smem + GEMM_STAGES * F::A_STAGE + stage * B_STAGE; };
+  auto a_stage = [&](int stage) { return F::a_stage(smem, stage); };
+  auto b_stage = [&](int stage) { return F::b_stage(smem, stage); };
   constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);              // 16-byte chunks per stage
   constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;      // 2 or 1
   static_assert(A_CHUNKS % BLOCK_THREADS == 0, "A chunks");

@@ -3,6 +3,7 @@
     python3 bench/experiments/ptx_compare.py                  # merge-base(HEAD, main) vs HEAD
     python3 bench/experiments/ptx_compare.py REV_A REV_B      # any two revisions; "." = working tree
     python3 bench/experiments/ptx_compare.py --normalise      # mangled symbols replaced by SYM<n>
+    python3 bench/experiments/ptx_compare.py --ignore-registers   # %r12, %f7 ... compared as %r, %f
     python3 bench/experiments/ptx_compare.py --ptxas          # + registers / spills of the second
 
 Shipped variants: cuda/megakernel.cu for MW_M in {2, 4} x MW_NHWC in {0, 1} x MW_GEMM_TF32X3 in
@@ -71,6 +72,13 @@ def normalise(ptx: str) -> str:
     return re.sub(r"_Z[A-Za-z0-9_$]+", lambda m: names.setdefault(m.group(0), f"SYM{len(names)}"), ptx)
 
 
+def drop_register_numbers(ptx: str) -> str:
+    """Virtual register numbers removed (and the .reg counts), so that two PTX files that differ
+    only in the order their registers were numbered compare equal."""
+    ptx = re.sub(r"\.reg \.\w+\s+%\w+<\d+>;", ".reg", ptx)
+    return re.sub(r"(%(?:rd|rs|r|fd|f|p))\d+", r"\1", ptx)
+
+
 def compile_ptx(cuda: pathlib.Path, source: str, defines, out: pathlib.Path) -> str:
     cmd = ["nvcc", "-arch=sm_90", "-ptx", "--std=c++17", "-I", str(cuda), *defines, str(cuda / source),
            "-o", str(out)]
@@ -104,6 +112,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("revs", nargs="*", help="two revisions (default: merge-base(HEAD, main) and HEAD); '.' = working tree")
     ap.add_argument("--normalise", action="store_true", help="compare with mangled symbols renamed SYM<n>")
+    ap.add_argument("--ignore-registers", action="store_true",
+                    help="compare with virtual register numbers removed")
     ap.add_argument("--ptxas", action="store_true", help="report registers and spill bytes of the second revision")
     ap.add_argument("--only", default="", help="only the variants whose name contains this")
     args = ap.parse_args(argv)
@@ -122,6 +132,8 @@ def main(argv=None) -> int:
             text = compile_ptx(cuda[i_rev], source, defines, out)
             if args.normalise:
                 text = normalise(text)
+            if args.ignore_registers:
+                text = drop_register_numbers(text)
             digest = hashlib.sha256(text.encode()).hexdigest()[:12]
             report = ptxas_report(out) if args.ptxas and i_rev == 1 else ""
             return digest, report
@@ -137,7 +149,8 @@ def main(argv=None) -> int:
         same = a == b
         changed += not same
         print(f"{name:<{width}}  {a}  {b}  {'identical' if same else 'CHANGED'}{'  ' + report if report else ''}")
-    print(f"{len(todo) - changed} identical, {changed} changed{' (symbols normalised)' if args.normalise else ''}")
+    notes = [n for n, on in (("symbols normalised", args.normalise), ("register numbers ignored", args.ignore_registers)) if on]
+    print(f"{len(todo) - changed} identical, {changed} changed{' (' + ', '.join(notes) + ')' if notes else ''}")
     return 1 if changed else 0
 
 
