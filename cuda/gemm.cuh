@@ -6,8 +6,8 @@
 //
 // Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 tile), 256 threads, BK = 16,
 // a GEMM_STAGES-deep cp.async ring of 16-byte copies (L1 bypassed: .cg), V rows (C contiguous)
-// as A, U rows (K contiguous) as B: gemm_tile.  The k tile's products and the stores of the
-// results are the arithmetic's fragment type (Tf32x3Fragments, FfmaFragments).  Every output element is one
+// as A, U rows (K contiguous) as B: gemm_tile.  The arithmetic's fragment type (Tf32x3Fragments,
+// FfmaFragments) multiplies each k tile and stores the results.  Every output element is one
 // fixed reduction over k = 0 .. c_stride-1: no split-K, no atomics, the same bits for every
 // mapping, the megakernel and the non-fused kernel.
 #pragma once
