@@ -23,28 +23,16 @@ mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int firs
   mw::filter_transform_task<MW_M>(*params, w, rec[mw::REC_INDEX]);
 }
 
-// MW_NONFUSED_INPUT_LANES (default 1): the megakernel's NCHW input lane map
-// (input_transform_mega_lanes, bench/NOTES.md 18); 0: the CPT 2 map.  On the H100 the lane
-// map was faster on 4 of 6 input-heavy layers (-2..-7%), slower on densenet161.block1 (+10%).
-#ifndef MW_NONFUSED_INPUT_LANES
-#define MW_NONFUSED_INPUT_LANES 1
-#endif
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first_task) {
   const int* rec = mw::task_record(*params, first_task);
-#if MW_NONFUSED_INPUT_LANES
   __shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS];
-  mw::input_transform_mega_lanes<MW_M, MW_NHWC != 0, mw::BLOCK_THREADS>(*params, x, rec[mw::REC_GROUP],
-                                                                       rec[mw::REC_INDEX], sbuf);
-#else
-  mw::input_transform_default<MW_M, MW_NHWC != 0>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
-#endif
+  mw::input_transform_task<MW_M, MW_NHWC != 0, 2>(*params, x, rec[mw::REC_GROUP], rec[mw::REC_INDEX], sbuf);
 }
 
-#ifndef MW_GEMM_MIN_BLOCKS
-#define MW_GEMM_MIN_BLOCKS 2   // 1: up to 255 registers (A/B of the 8-warp GEMM, NOTES.md exp. 6)
-#endif
-extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, MW_GEMM_MIN_BLOCKS)
+// Two resident blocks per SM, as in the megakernel, so both paths run the GEMM tile under the
+// same 128-register cap.
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
 mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   __shared__ __align__(16) mw::GemmSmem smem;
   const int* rec = mw::task_record(*params, first_task);
@@ -54,5 +42,5 @@ mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task) {
   const int* rec = mw::task_record(*params, first_task);
-  mw::output_transform_default<MW_M, MW_NHWC != 0>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
+  mw::output_transform_registers<MW_M, MW_NHWC != 0>(*params, y, rec[mw::REC_GROUP], rec[mw::REC_INDEX]);
 }

@@ -5,11 +5,25 @@
 
 #include "generated_tasks.cuh"
 
-// Compile-time variants of the Winograd modules (the runtime always passes both; these
-// defaults serve standalone nvcc builds): F(MW_M x MW_M, 3x3), NHWC or NCHW tensors.
+// Compile-time variants of the Winograd modules (megawino.nvrtc.compile_options always passes
+// them; these defaults serve standalone nvcc builds): F(MW_M x MW_M, 3x3), NHWC or NCHW tensors,
+// the GEMM's products as 3xTF32 (1) or FFMA (0).
 #ifndef MW_M
 #define MW_M 4
 #endif
 #ifndef MW_NHWC
 #define MW_NHWC 0
 #endif
+#ifndef MW_GEMM_TF32X3
+#define MW_GEMM_TF32X3 1
+#endif
+
+namespace mw {
+
+// Threads of every Winograd kernel's block (megawino.nvrtc.BLOCK_THREADS launches them).
+constexpr int BLOCK_THREADS = 256;
+// Channels one warp of a transform covers, so that each warp access is whole 128-byte lines
+// (megawino.tasks.LANE_CHANNELS sizes the tasks by it).
+constexpr int LANE_CHANNELS = 32;
+
+}  // namespace mw

@@ -21,36 +21,15 @@
 
 #include "generated_tasks.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
 // STATE_* offsets, STATUS_* fields and STATE_WORDS come from generated_tasks.cuh
 // (megawino/abi.py).
 
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void red_release_gpu_add(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 __device__ __forceinline__ int ld_volatile(const int* p) {
   return *reinterpret_cast<const volatile int*>(p);
-}
-
-__device__ __forceinline__ long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return static_cast<long long>(t);
-}
-
-__device__ __forceinline__ int sm_id() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return static_cast<int>(s);
 }
 
 // Shared-memory slot of one block: the task in hand.
@@ -100,7 +79,6 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
 
 // Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
 // ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
-// (Claiming the next ticket while the current task runs was slower: bench/NOTES.md 34.)
 __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   int* state = reinterpret_cast<int*>(p.state);
   slot.ticket = -1;

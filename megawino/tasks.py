@@ -47,8 +47,8 @@ CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a mult
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
-LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_IN_CW in
-                         # input_transform.cuh, the output lane map in megakernel.cu): a task with
+LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE_CHANNELS in
+                         # cuda/params.cuh): a task with
                          # fewer channels leaves lanes idle and is no faster
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
