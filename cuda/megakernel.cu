@@ -20,7 +20,8 @@ static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * 
               "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
-mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y) {
+mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y,
+              int* report) {
   using namespace mw;
   __shared__ __align__(16) GemmSmem smem;
   __shared__ SchedSlot slot;
@@ -45,5 +46,5 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     __syncthreads();
     if (threadIdx.x == 0) sched_signal(p, slot);
   }
-  sched_exit(p, &s_last);
+  sched_exit(p, &s_last, report);
 }

@@ -114,8 +114,11 @@ __device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& s
 #endif
 }
 
-// Whole block, once, after the loop.  The last block to leave resets the state.
-__device__ __forceinline__ void sched_exit(const Params& p, int* s_last) {
+// Whole block, once, after the loop.  The last block to leave resets the state and writes the
+// launch's status line into ``report`` (pinned host memory the host polls, or null): FIRED last,
+// after a system fence, so the host never reads a half-written line.
+static_assert(STATUS_FLAG == 0 && STATUS_FIRED == STATUS_NEED + 1, "FIRED closes the status line");
+__device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* report) {
   int* state = reinterpret_cast<int*>(p.state);
   if (threadIdx.x == 0) {
     __threadfence();
@@ -128,7 +131,15 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last) {
   for (long long i = threadIdx.x; i < p.num_counters; i += blockDim.x)
     counters[i * COUNTER_STRIDE] = 0u;
   if (threadIdx.x == 0) {
-    atomicAdd(state + STATE_STATUS + STATUS_FIRED, atomicExch(state + STATE_STATUS + STATUS_FLAG, 0));
+    const int fired_now = atomicExch(state + STATE_STATUS + STATUS_FLAG, 0);
+    const int fired_total = atomicAdd(state + STATE_STATUS + STATUS_FIRED, fired_now) + fired_now;
+    if (report != nullptr) {
+      volatile int* out = report;
+      out[STATUS_FLAG] = fired_now;
+      for (int i = STATUS_FLAG + 1; i < STATUS_FIRED; ++i) out[i] = ld_volatile(state + STATE_STATUS + i);
+      __threadfence_system();
+      out[STATUS_FIRED] = fired_total;
+    }
     state[STATE_HEAD] = 0;
     state[STATE_ABORT] = 0;
     state[STATE_BREAK] = -1;

@@ -265,8 +265,8 @@ class Plan:
             pbuf = ws.params(self, variant, U)
             if self.algo == "megakernel":
                 grid = max(1, min(variant.num_tasks, self.workers))
-                self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out))
-                self._status.record(ws.state, id(ws), stream, capturing, variant.describe)
+                report = self._status.claim(id(ws), capturing, variant.describe)
+                self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out, np.uint64(report)))
             else:
                 if not prepared:
                     self._launch(pbuf, TaskType.FILTER, w)
