@@ -5,10 +5,14 @@ generated into ``cuda/generated_tasks.cuh`` by :mod:`megawino.codegen`.
   64-bit integer, pointers included), filled by the runtime as an int64 array.
 * ``STATE_WORDS`` / ``STATUS_FIELDS``: the scheduler's state words, each on its
   own 128-byte line (see cuda/scheduler.cuh for what they mean).
+* ``TRACE_FIELDS`` / ``TRACE_DTYPE``: one row of the megakernel's trace (``mw::TraceRow``).
+* The task record is :data:`megawino.tasks.TASK_RECORD_DTYPE` (``mw::TaskRecord``).
 """
 from __future__ import annotations
 
-from .tasks import COUNTER_STRIDE
+import numpy as np
+
+from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 
 PARAM_FIELDS = (
     # device buffers (addresses)
@@ -20,7 +24,7 @@ PARAM_FIELDS = (
     ("ticket_records", "int32 [num_tasks][REC_FIELDS]: records[mapping], the megakernel's by ticket"),
     ("counters", "uint32 [num_counters * COUNTER_STRIDE]"),
     ("state", "int32 [STATE_WORDS]"),
-    ("trace", "int64 [num_tasks][4] or 0"),
+    ("trace", "TraceRow [num_tasks] or 0"),
     # layer (megawino.spec.LayerSpec)
     ("N", ""), ("C", ""), ("K", ""), ("H", ""), ("W", ""), ("pad", ""),
     ("out_h", ""), ("out_w", ""),
@@ -42,6 +46,12 @@ STATE_LINES = ("HEAD", "EXIT", "ABORT", "BREAK", "STATUS")
 STATUS_FIELDS = ("FLAG", "TICKET", "TASK", "COUNTER", "VALUE", "NEED", "FIRED")
 
 
+# One trace row per ticket (int64 each): the SM that ran it and three %globaltimer times (ns):
+# ticket fetched, parents done (work starts), work done.
+TRACE_FIELDS = ("sm", "fetch", "start", "end")
+TRACE_DTYPE = np.dtype([(name, np.int64) for name in TRACE_FIELDS])
+
+
 def state_offset(name: str) -> int:
     """Word offset of a state line (``HEAD`` ... ``STATUS``)."""
     return STATE_LINES.index(name) * COUNTER_STRIDE
@@ -51,8 +61,24 @@ STATE_WORDS = len(STATE_LINES) * COUNTER_STRIDE
 assert len(STATUS_FIELDS) <= COUNTER_STRIDE
 
 
+def struct_lines(name: str, dtype: np.dtype, c_type: str, prefix: str, doc: str) -> list[str]:
+    """A 16-byte-aligned C struct with the fields of ``dtype`` (all ``c_type``), the field
+    indices as ``<prefix>_<FIELD>`` constants, and static_asserts on its size and offsets."""
+    lines = [f"// {doc}", f"struct alignas(16) {name} {{ {c_type} {', '.join(dtype.names)}; }};"]
+    lines += [f"constexpr int {prefix}_{field.upper()} = {i};" for i, field in enumerate(dtype.names)]
+    offsets = " && ".join(f"__builtin_offsetof({name}, {field}) == {dtype.fields[field][1]}"
+                          for field in dtype.names)
+    lines += [f"constexpr int {prefix}_FIELDS = {len(dtype.names)};",
+              f'static_assert(sizeof({name}) == {dtype.itemsize} && {offsets}, "{name}: the layout of the NumPy dtype");']
+    return lines + [""]
+
+
 def header_lines() -> list[str]:
-    lines = ["// Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).", "struct Params {"]
+    lines = struct_lines("TaskRecord", TASK_RECORD_DTYPE, "int", "REC",
+                         "One task record (megawino/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: none.")
+    lines += struct_lines("TraceRow", TRACE_DTYPE, "long long", "TRACE",
+                          "One megakernel trace row per ticket (megawino/abi.py TRACE_DTYPE): SM id, times in ns.")
+    lines += ["// Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).", "struct Params {"]
     for name, doc in PARAM_FIELDS:
         lines.append(f"  long long {name};" + (f"  // {doc}" if doc else ""))
     lines += ["};", "", "// Scheduler state words (megawino/abi.py STATE_LINES), one per 128-byte line."]

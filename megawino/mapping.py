@@ -57,9 +57,11 @@ class Mapping:
 
 
 def sequential_mapping(graph: TaskGraph) -> np.ndarray:
-    """All filter, then all input, all GEMM, all output tasks (the paper's Fig. 3a)."""
+    """All filter, then all input, all GEMM, all output tasks (the paper's Fig. 3a): the tasks
+    of each registered type in type-code order."""
+    from .task_types import codes   # the registry imports the CPU stages, which need no mapping
     types = graph.types
-    return np.concatenate([np.flatnonzero(types == int(t)) for t in TaskType]).astype(np.int32)
+    return np.concatenate([np.flatnonzero(types == t) for t in codes().tolist()]).astype(np.int32)
 
 
 def interleaved_mapping(graph: TaskGraph, dig: int = 64, dgo: int = 128, m: int = 4) -> np.ndarray:
