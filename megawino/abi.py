@@ -7,6 +7,8 @@ generated into ``cuda/generated_tasks.cuh`` by :mod:`megawino.codegen`.
   own 128-byte line (see cuda/scheduler.cuh for what they mean).
 * ``TRACE_FIELDS`` / ``TRACE_DTYPE``: one row of the megakernel's trace (``mw::TraceRow``).
 * The task record is :data:`megawino.tasks.TASK_RECORD_DTYPE` (``mw::TaskRecord``).
+* ``DIRECT_KERNEL_ARGS``: the direct kernel's arguments in order (``mw_direct_conv`` in
+  ``cuda/generated_direct.cuh``; :func:`megawino.direct.kernel.launch` passes them so).
 """
 from __future__ import annotations
 
@@ -37,6 +39,29 @@ PARAM_FIELDS = (
     ("num_tasks", ""), ("num_counters", ""),
     ("timeout_ns", "watchdog limit of one wait"),
 )
+
+# The direct kernel's arguments: scalars (CuPy passes no structs), each a field of
+# mw_direct::Params of the same name (cuda/direct_conv.cuh).
+DIRECT_KERNEL_ARGS = (
+    ("x", "const float* __restrict__"), ("wt", "const float* __restrict__"),
+    ("table", "const int2* __restrict__"), ("y", "float* __restrict__"),
+    *((name, "int") for name in ("C", "H", "W", "K", "R", "S", "OH", "OW", "M", "stride", "pad",
+                                 "ktiles", "ldw", "vec_x")),
+)
+
+
+def direct_kernel_lines() -> list[str]:
+    """``mw_direct_conv``: the direct kernel's entry point, its arguments DIRECT_KERNEL_ARGS
+    copied into one mw_direct::Params (the tile sizes are cuda/direct.cu's MW_DIRECT_* defines)."""
+    params = ", ".join(f"{c_type} {name}" for name, c_type in DIRECT_KERNEL_ARGS)
+    return ['extern "C" __global__ void __launch_bounds__(MwDirectTile::THREADS, MW_DIRECT_MINBLOCKS)',
+            f"mw_direct_conv({params}) {{",
+            "  mw_direct::Params p;",
+            "  " + " ".join(f"p.{name} = {name};" for name, _ in DIRECT_KERNEL_ARGS),
+            "  mw_direct::conv_block<MW_DIRECT_BM, MW_DIRECT_BN, MW_DIRECT_BK, MW_DIRECT_TM, MW_DIRECT_TN,",
+            "                        MW_DIRECT_NHWC != 0>(p);",
+            "}", ""]
+
 
 # Scheduler state: one word per 128-byte line, in this order.
 STATE_LINES = ("HEAD", "EXIT", "ABORT", "BREAK", "STATUS")

@@ -4,7 +4,8 @@
   the layout constants (:mod:`megawino.tasks`), the ABI (:mod:`megawino.abi`), the Winograd
   transforms;
 * ``generated_dispatch.cuh``: the megakernel's ``switch`` over the registered task types;
-* ``generated_nonfused.cuh``: one thin non-fused kernel per registered task type.
+* ``generated_nonfused.cuh``: one thin non-fused kernel per registered task type;
+* ``generated_direct.cuh``: the direct kernel's entry point (its argument order, abi.py).
 
 The headers are committed (so ``nvcc`` can build ``cuda/*.cu`` on its own) and
 ``tests/test_registry.py`` fails when one is stale.  Regenerate with ``python -m megawino.codegen``.
@@ -179,9 +180,16 @@ def nonfused_text() -> str:
     return "\n".join(lines)
 
 
+def direct_text() -> str:
+    """The direct kernel's entry point, its argument order from megawino.abi.DIRECT_KERNEL_ARGS."""
+    return "\n".join([f"{GENERATED_BY} from megawino/abi.py: do not edit.", "#pragma once", "",
+                      "// Included by cuda/direct.cu after its MW_DIRECT_* defines and MwDirectTile.",
+                      *abi.direct_kernel_lines()])
+
+
 # Every generated header: file name -> its text.
 GENERATED = {HEADER_NAME: header_text, "generated_dispatch.cuh": dispatch_text,
-             "generated_nonfused.cuh": nonfused_text}
+             "generated_nonfused.cuh": nonfused_text, "generated_direct.cuh": direct_text}
 
 
 def header_path(name: str = HEADER_NAME) -> pathlib.Path:

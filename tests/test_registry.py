@@ -193,3 +193,28 @@ def test_record_and_trace_dtypes_match_the_generated_structs():
     from megawino.tasks import LANE_CHANNELS
     assert f"constexpr int BLOCK_THREADS = {nvrtc.BLOCK_THREADS};" in header
     assert f"constexpr int LANE_CHANNELS = {LANE_CHANNELS};" in header
+
+
+def test_direct_kernel_arguments_come_from_one_list():
+    """mw_direct_conv's signature is generated from abi.DIRECT_KERNEL_ARGS, each argument is a
+    field of mw_direct::Params, and the launch passes the arguments in that order."""
+    import re
+
+    from megawino import abi
+    from megawino.direct.kernel import kernel_args
+    from megawino.resources import cuda_dir
+    names = [name for name, _ in abi.DIRECT_KERNEL_ARGS]
+    params_struct = (cuda_dir() / "direct_conv.cuh").read_text().split("struct Params {")[1].split("};")[0]
+    fields = re.findall(r"\b(\w+)\s*[,;]", re.sub(r"//.*", "", params_struct))
+    assert sorted(fields) == sorted(names)
+    assert "mw_direct_conv(" + ", ".join(f"{c} {n}" for n, c in abi.DIRECT_KERNEL_ARGS) + ")" \
+        in codegen.direct_text()
+    arrays = {n: np.full(2, i, dtype=np.float32) for i, (n, c) in enumerate(abi.DIRECT_KERNEL_ARGS) if c != "int"}
+    values = {**arrays, **{n: 100 + i for i, (n, c) in enumerate(abi.DIRECT_KERNEL_ARGS) if c == "int"}}
+    args = kernel_args(dict(reversed(list(values.items()))))
+    assert len(args) == len(names)
+    for arg, (name, c_type) in zip(args, abi.DIRECT_KERNEL_ARGS):
+        if c_type == "int":
+            assert isinstance(arg, np.int32) and arg == values[name]
+        else:
+            assert arg is values[name]
