@@ -332,9 +332,9 @@ class TaskGraph:
         return [order[bounds[c]:bounds[c + 1]] for c in range(self.layout.num_counters)]
 
     def describe_task(self, task: int) -> str:
-        from .task_types import info   # the registry builds on this module
         rec = self.record(task)
-        kind, group, index = info(rec["type"]).name, int(rec["group"]), int(rec["index"])
+        code, group, index = int(rec["type"]), int(rec["group"]), int(rec["index"])
+        kind = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
         if kind not in ("INPUT", "OUTPUT"):
             return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(kind, f"{kind} g={group} #{index}")
         (t0, t1), (c0, c1) = (self.layout.input_slices if kind == "INPUT" else self.layout.output_slices)(group, index)

@@ -75,7 +75,7 @@ def test_dummy_type_runs_through_executor_simulator_and_timeline(copy_type):
         parents = graph.task_parents(task)
         assert set(parents.tolist()) == set(plain.ids_of(TaskType.INPUT)[g * graph.layout.inputs_per_group:
                                                                         (g + 1) * graph.layout.inputs_per_group].tolist())
-    assert "COPY g=1 #0" in graph.describe_task(int(copies[1]))
+    assert f"type-{COPY_CODE} g=1 #0" in graph.describe_task(int(copies[1]))
 
     order = mapping.sequential_mapping(graph)            # the registry's type order: COPY last
     assert order[-groups:].tolist() == copies.tolist()
