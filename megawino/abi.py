@@ -94,15 +94,18 @@ def struct_lines(name: str, dtype: np.dtype, c_type: str, prefix: str, doc: str)
     offsets = " && ".join(f"__builtin_offsetof({name}, {field}) == {dtype.fields[field][1]}"
                           for field in dtype.names)
     lines += [f"constexpr int {prefix}_FIELDS = {len(dtype.names)};",
-              f'static_assert(sizeof({name}) == {dtype.itemsize} && {offsets}, "{name}: the layout of the NumPy dtype");']
+              f'static_assert(sizeof({name}) == {dtype.itemsize} && {offsets}, '
+              f'"{name}: the layout of the NumPy dtype");']
     return lines + [""]
 
 
 def header_lines() -> list[str]:
     lines = struct_lines("TaskRecord", TASK_RECORD_DTYPE, "int", "REC",
-                         "One task record (megawino/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: none.")
+                         "One task record (megawino/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: "
+                         "none.")
     lines += struct_lines("TraceRow", TRACE_DTYPE, "long long", "TRACE",
-                          "One megakernel trace row per ticket (megawino/abi.py TRACE_DTYPE): SM id, times in ns.")
+                          "One megakernel trace row per ticket (megawino/abi.py TRACE_DTYPE): SM id, "
+                          "times in ns.")
     lines += ["// Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).", "struct Params {"]
     for name, doc in PARAM_FIELDS:
         lines.append(f"  long long {name};" + (f"  // {doc}" if doc else ""))

@@ -56,7 +56,7 @@ def check_inputs(spec: LayerSpec, x, w) -> None:
 
 
 def run_task(graph: TaskGraph, task: int, buffers: Buffers, tf=None) -> None:
-    rec = graph.record(task)
+    rec = graph.typed_records[task]
     tf = tf if tf is not None else transform(graph.layout.params.m)
     task_types.info(rec["type"]).runner(graph.layout, buffers, int(rec["group"]), int(rec["index"]), tf)
 

@@ -87,7 +87,8 @@ def _lanes(n):
 def filter_work(layout, group, index):
     """Per (c, k) pair G g G^T: 2*(alpha*9 + alpha^2*3) flops; reads 9 floats, writes alpha^2."""
     p, a = layout.params, layout.alpha
-    pairs = _width(index * p.filter_pairs_per_task, p.filter_pairs_per_task, layout.c_stride * layout.k_stride)
+    per = p.filter_pairs_per_task
+    pairs = _width(index * per, per, layout.c_stride * layout.k_stride)
     return pairs * 2 * (a * 9 + a * a * 3), pairs * 4 * (9 + a * a)
 
 
@@ -128,7 +129,8 @@ _BUILT_IN = (
                  device_call="input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats)",
                  nonfused_call="input_transform_task<MW_M, MW_NHWC != 0, 2>(p, x, group, index, sbuf)",
                  kernel_array="x",
-                 nonfused_shared="__shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * BLOCK_THREADS];"),
+                 nonfused_shared="__shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * "
+                                 "BLOCK_THREADS];"),
     TaskTypeInfo(TaskType.GEMM, "GEMM", "GEMM", "G", "green", gemm.run_task, gemm_work,
                  index_label="j", header="gemm.cuh",
                  device_call="gemm_task(p, smem, group, index)",

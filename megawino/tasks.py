@@ -302,10 +302,6 @@ class TaskGraph:
         """The records as a [num_tasks] array of TASK_RECORD_DTYPE (a view: same memory)."""
         return self.records.view(TASK_RECORD_DTYPE).reshape(-1)
 
-    def record(self, task: int) -> np.void:
-        """One task's record, fields by name."""
-        return self.typed_records[task]
-
     def field(self, name: str) -> np.ndarray:
         return self.typed_records[name]
 
@@ -332,13 +328,15 @@ class TaskGraph:
         return [order[bounds[c]:bounds[c + 1]] for c in range(self.layout.num_counters)]
 
     def describe_task(self, task: int) -> str:
-        rec = self.record(task)
+        rec = self.typed_records[task]
         code, group, index = int(rec["type"]), int(rec["group"]), int(rec["index"])
         kind = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
-        if kind not in ("INPUT", "OUTPUT"):
-            return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(kind, f"{kind} g={group} #{index}")
-        (t0, t1), (c0, c1) = (self.layout.input_slices if kind == "INPUT" else self.layout.output_slices)(group, index)
-        return f"{kind} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
+        if kind in ("INPUT", "OUTPUT"):
+            slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
+            (t0, t1), (c0, c1) = slices(group, index)
+            return f"{kind} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
+        return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(
+            kind, f"{kind} g={group} #{index}")
 
     def to_networkx(self) -> nx.DiGraph:
         """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``
@@ -352,11 +350,12 @@ class TaskGraph:
         for task, rec in enumerate(records):
             if rec["signal"] >= 0:
                 graph.add_edge(("task", task), ("counter", rec["signal"]))
-            graph.add_edges_from((("counter", rec[w]), ("task", task)) for w in ("wait_a", "wait_b") if rec[w] >= 0)
+            graph.add_edges_from((("counter", rec[w]), ("task", task))
+                                 for w in ("wait_a", "wait_b") if rec[w] >= 0)
         return graph
 
     def task_parents(self, task: int) -> np.ndarray:
-        rec = self.record(task)
+        rec = self.typed_records[task]
         parts = [self.counter_parents[rec[w]] for w in ("wait_a", "wait_b") if rec[w] >= 0]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 

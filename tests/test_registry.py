@@ -71,18 +71,19 @@ def test_dummy_type_runs_through_executor_simulator_and_timeline(copy_type):
     copies = np.flatnonzero(graph.types == COPY_CODE)
     # the copy tasks wait for every input task of their group
     for task in copies.tolist():
-        g = int(graph.record(task)["group"])
+        g = int(graph.typed_records[task]["group"])
         parents = graph.task_parents(task)
-        assert set(parents.tolist()) == set(plain.ids_of(TaskType.INPUT)[g * graph.layout.inputs_per_group:
-                                                                        (g + 1) * graph.layout.inputs_per_group].tolist())
+        s_i = graph.layout.inputs_per_group
+        assert set(parents.tolist()) == set(plain.ids_of(TaskType.INPUT)[g * s_i:(g + 1) * s_i].tolist())
     assert f"type-{COPY_CODE} g=1 #0" in graph.describe_task(int(copies[1]))
 
     order = mapping.sequential_mapping(graph)            # the registry's type order: COPY last
     assert order[-groups:].tolist() == copies.tolist()
     interleaved = mapping.build_interleaved(plain, mapping.MappingParams(4, 4, 1)).order
     # right after the last input of group 0, before that group's GEMMs have run
-    last_input = int(np.flatnonzero(np.isin(interleaved, plain.ids_of(TaskType.INPUT)[:graph.layout.inputs_per_group])).max())
-    early = np.concatenate([interleaved[:last_input + 1], copies[:1], interleaved[last_input + 1:], copies[1:]])
+    group0_inputs = plain.ids_of(TaskType.INPUT)[:graph.layout.inputs_per_group]
+    last = int(np.flatnonzero(np.isin(interleaved, group0_inputs)).max())
+    early = np.concatenate([interleaved[:last + 1], copies[:1], interleaved[last + 1:], copies[1:]])
     for ticket_order in (order, early):
         mapping.validate_mapping(graph, ticket_order)
         buffers = execute(graph, ticket_order, x, w)
@@ -181,7 +182,8 @@ def test_record_and_trace_dtypes_match_the_generated_structs():
     for i, name in enumerate(TASK_RECORD_FIELDS):
         np.testing.assert_array_equal(typed[name], graph.records[:, i])
     header = codegen.header_text()
-    for name, dtype, c_type in (("TaskRecord", TASK_RECORD_DTYPE, "int"), ("TraceRow", abi.TRACE_DTYPE, "long long")):
+    for name, dtype, c_type in (("TaskRecord", TASK_RECORD_DTYPE, "int"),
+                                ("TraceRow", abi.TRACE_DTYPE, "long long")):
         assert dtype.itemsize == 32
         fields = re.search(rf"struct alignas\(16\) {name} {{ {c_type} ([\w, ]+); }};", header).group(1)
         assert tuple(fields.split(", ")) == dtype.names
@@ -209,7 +211,8 @@ def test_direct_kernel_arguments_come_from_one_list():
     assert sorted(fields) == sorted(names)
     assert "mw_direct_conv(" + ", ".join(f"{c} {n}" for n, c in abi.DIRECT_KERNEL_ARGS) + ")" \
         in codegen.direct_text()
-    arrays = {n: np.full(2, i, dtype=np.float32) for i, (n, c) in enumerate(abi.DIRECT_KERNEL_ARGS) if c != "int"}
+    arrays = {n: np.full(2, i, dtype=np.float32)
+              for i, (n, c) in enumerate(abi.DIRECT_KERNEL_ARGS) if c != "int"}
     values = {**arrays, **{n: 100 + i for i, (n, c) in enumerate(abi.DIRECT_KERNEL_ARGS) if c == "int"}}
     args = kernel_args(dict(reversed(list(values.items()))))
     assert len(args) == len(names)
