@@ -1,5 +1,5 @@
 // The persistent Winograd megakernel: every block loops taking tickets
-// (scheduler.cuh) and running the task's device function.
+// (scheduler.cuh) and running the task's device function (run_task: generated_dispatch.cuh).
 // Compile-time variants: MW_M (2 or 4), MW_NHWC (0 or 1), MW_GEMM_TF32X3 (0 or 1), MW_TRACE
 // (defined or not).
 // Layer sizes are runtime parameters (params.cuh), so one build serves every layer.
@@ -11,10 +11,7 @@
 #include "generated_tasks.cuh"
 #include "params.cuh"
 #include "scheduler.cuh"
-#include "filter_transform.cuh"
-#include "input_transform.cuh"
-#include "gemm.cuh"
-#include "output_transform.cuh"
+#include "generated_dispatch.cuh"
 
 static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS,
               "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
@@ -31,18 +28,7 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     if (threadIdx.x == 0) sched_fetch(p, slot);
     __syncthreads();
     if (slot.ticket < 0) break;
-    const int type = slot.rec[REC_TYPE], group = slot.rec[REC_GROUP], index = slot.rec[REC_INDEX];
-    switch (type) {
-      case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
-      case TASK_INPUT:
-        input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats);
-        break;
-      case TASK_OUTPUT:
-        output_transform_parked<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats);
-        break;
-      case TASK_GEMM: gemm_task(p, smem, group, index); break;
-      default: break;
-    }
+    run_task(p, x, w, y, smem, slot.rec[REC_TYPE], slot.rec[REC_GROUP], slot.rec[REC_INDEX]);
     __syncthreads();
     if (threadIdx.x == 0) sched_signal(p, slot);
   }

@@ -1,5 +1,6 @@
 // The runtime parameter struct mw::Params is generated from megawino/abi.py into
-// generated_tasks.cuh (with the scheduler's state layout): one definition, shared
+// generated_tasks.cuh (with the scheduler's state layout, the task record, the trace row and
+// the constants both sides share: BLOCK_THREADS, LANE_CHANNELS): one definition, shared
 // with the host, which fills it as an int64 array.
 #pragma once
 
@@ -17,13 +18,3 @@
 #ifndef MW_GEMM_TF32X3
 #define MW_GEMM_TF32X3 1
 #endif
-
-namespace mw {
-
-// Threads of every Winograd kernel's block (megawino.nvrtc.BLOCK_THREADS launches them).
-constexpr int BLOCK_THREADS = 256;
-// Channels one warp of a transform covers, so that each warp access is whole 128-byte lines
-// (megawino.tasks.LANE_CHANNELS sizes the tasks by it).
-constexpr int LANE_CHANNELS = 32;
-
-}  // namespace mw

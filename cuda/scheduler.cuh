@@ -95,10 +95,10 @@ __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   if (!sched_wait(p, ticket, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
   __threadfence();   // acquire side: the parents' data is visible to this block
 #ifdef MW_TRACE
-  long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * 4;
-  tr[0] = sm_id();
-  tr[1] = t_fetch;
-  tr[2] = global_timer_ns();
+  long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * TRACE_FIELDS;
+  tr[TRACE_SM] = sm_id();
+  tr[TRACE_FETCH] = t_fetch;
+  tr[TRACE_START] = global_timer_ns();
 #endif
   slot.ticket = ticket;
 }
@@ -110,7 +110,8 @@ __device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& s
   if (counter >= 0)
     red_release_gpu_add(reinterpret_cast<unsigned*>(p.counters) + counter * COUNTER_STRIDE, 1u);
 #ifdef MW_TRACE
-  reinterpret_cast<long long*>(p.trace)[static_cast<long long>(slot.ticket) * 4 + 3] = global_timer_ns();
+  reinterpret_cast<long long*>(p.trace)[static_cast<long long>(slot.ticket) * TRACE_FIELDS + TRACE_END] =
+      global_timer_ns();
 #endif
 }
 

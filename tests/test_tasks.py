@@ -122,7 +122,7 @@ def test_lane_channels_matches_the_cuda_lane_maps():
     import re
     from megawino.resources import cuda_dir
     from megawino.tasks import LANE_CHANNELS
-    src = (cuda_dir() / "params.cuh").read_text()
+    src = (cuda_dir() / "generated_tasks.cuh").read_text()
     assert int(re.search(r"constexpr int LANE_CHANNELS = (\d+);", src).group(1)) == LANE_CHANNELS
     for header in ("input_transform.cuh", "output_transform.cuh"):
         assert "LANE_CHANNELS" in (cuda_dir() / header).read_text()
