@@ -30,7 +30,10 @@ constexpr int REC_WAIT_B = 5;
 constexpr int REC_NEED_B = 6;
 constexpr int REC_SIGNAL = 7;
 constexpr int REC_FIELDS = 8;
-static_assert(sizeof(TaskRecord) == 32 && __builtin_offsetof(TaskRecord, type) == 0 && __builtin_offsetof(TaskRecord, group) == 4 && __builtin_offsetof(TaskRecord, index) == 8 && __builtin_offsetof(TaskRecord, wait_a) == 12 && __builtin_offsetof(TaskRecord, need_a) == 16 && __builtin_offsetof(TaskRecord, wait_b) == 20 && __builtin_offsetof(TaskRecord, need_b) == 24 && __builtin_offsetof(TaskRecord, signal) == 28, "TaskRecord: the layout of the NumPy dtype");
+static_assert(sizeof(TaskRecord) == 32, "TaskRecord: the size of the NumPy dtype");
+#ifndef __CUDACC_RTC__
+static_assert(__builtin_offsetof(TaskRecord, type) == 0 && __builtin_offsetof(TaskRecord, group) == 4 && __builtin_offsetof(TaskRecord, index) == 8 && __builtin_offsetof(TaskRecord, wait_a) == 12 && __builtin_offsetof(TaskRecord, need_a) == 16 && __builtin_offsetof(TaskRecord, wait_b) == 20 && __builtin_offsetof(TaskRecord, need_b) == 24 && __builtin_offsetof(TaskRecord, signal) == 28, "TaskRecord: the field offsets of the NumPy dtype");
+#endif
 
 // One megakernel trace row per ticket (megawino/abi.py TRACE_DTYPE): SM id, times in ns.
 struct alignas(16) TraceRow { long long sm, fetch, start, end; };
@@ -39,7 +42,10 @@ constexpr int TRACE_FETCH = 1;
 constexpr int TRACE_START = 2;
 constexpr int TRACE_END = 3;
 constexpr int TRACE_FIELDS = 4;
-static_assert(sizeof(TraceRow) == 32 && __builtin_offsetof(TraceRow, sm) == 0 && __builtin_offsetof(TraceRow, fetch) == 8 && __builtin_offsetof(TraceRow, start) == 16 && __builtin_offsetof(TraceRow, end) == 24, "TraceRow: the layout of the NumPy dtype");
+static_assert(sizeof(TraceRow) == 32, "TraceRow: the size of the NumPy dtype");
+#ifndef __CUDACC_RTC__
+static_assert(__builtin_offsetof(TraceRow, sm) == 0 && __builtin_offsetof(TraceRow, fetch) == 8 && __builtin_offsetof(TraceRow, start) == 16 && __builtin_offsetof(TraceRow, end) == 24, "TraceRow: the field offsets of the NumPy dtype");
+#endif
 
 // Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).
 struct Params {
