@@ -39,6 +39,10 @@ for tool in "${tools[@]}"; do
   "$sanitizer" --tool "$tool" --print-limit 1000 "$python" "$here/sanitize_driver.py" > "$log" 2>&1
   rc=$?
   errors=$(sed -n 's/^========= ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' "$log" | tail -n 1)
+  if [ -z "$errors" ] && [ "$tool" = racecheck ]; then
+    # racecheck closes with its own summary line: "N hazards displayed (E errors, W warnings)".
+    errors=$(sed -n 's/^========= RACECHECK SUMMARY: .*(\([0-9][0-9]*\) errors.*/\1/p' "$log" | tail -n 1)
+  fi
   ok=$(grep -c '^driver: ok' "$log")
   extra=""
   if [ "$tool" = racecheck ]; then

@@ -32,19 +32,6 @@
 using MwDirectTile = mw_direct::Tile<MW_DIRECT_BM, MW_DIRECT_BN, MW_DIRECT_BK, MW_DIRECT_TM,
                                      MW_DIRECT_TN, MW_DIRECT_NHWC != 0>;
 
-// Scalar arguments (not a struct) so that CuPy can pass them: pointers as CuPy
-// arrays, every int as numpy.int32, in exactly this order (megawino.direct.launch).
-extern "C" __global__ void __launch_bounds__(MwDirectTile::THREADS, MW_DIRECT_MINBLOCKS)
-mw_direct_conv(const float* __restrict__ x, const float* __restrict__ wt,
-               const int2* __restrict__ table, float* __restrict__ y,
-               int C, int H, int W, int K, int R, int S, int OH, int OW, int M, int stride, int pad,
-               int ktiles, int ldw, int vec_x) {
-    mw_direct::Params p;
-    p.x = x; p.wt = wt; p.table = table; p.y = y;
-    p.C = C; p.H = H; p.W = W; p.K = K; p.R = R; p.S = S;
-    p.OH = OH; p.OW = OW; p.M = M;
-    p.stride = stride; p.pad = pad;
-    p.ktiles = ktiles; p.ldw = ldw; p.vec_x = vec_x;
-    mw_direct::conv_block<MW_DIRECT_BM, MW_DIRECT_BN, MW_DIRECT_BK, MW_DIRECT_TM, MW_DIRECT_TN,
-                          MW_DIRECT_NHWC != 0>(p);
-}
+// The entry point mw_direct_conv, its arguments in megawino.abi.DIRECT_KERNEL_ARGS order
+// (megawino.direct.kernel.launch passes them so).
+#include "generated_direct.cuh"

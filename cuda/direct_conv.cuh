@@ -22,6 +22,8 @@
 // tiles k+1 .. k+STAGES-1.  STAGES comes from megawino/direct/config.py.
 #pragma once
 
+#include "ptx.cuh"
+
 // Tap-bit layout (megawino/direct/config.py TAP_COL_BIT, TAP_SENTINEL: passed by DirectConfig.defines).
 #ifndef MW_DIRECT_TAP_COL_BIT
 #define MW_DIRECT_TAP_COL_BIT 15
@@ -29,31 +31,16 @@
 #ifndef MW_DIRECT_TAP_SENTINEL
 #define MW_DIRECT_TAP_SENTINEL 0x80000000u
 #endif
-// Reduction terms per flush of the register tile into y (0: no flush, one chain).
 // Pipeline depth (DirectConfig.stages: as many as fit the static shared-memory budget).
 #ifndef MW_DIRECT_STAGES
 #define MW_DIRECT_STAGES 2
 #endif
+// Reduction terms per flush of the register tile into y (0: no flush, one chain).
 #ifndef MW_DIRECT_FLUSH_TERMS
 #define MW_DIRECT_FLUSH_TERMS 0
 #endif
 
 namespace mw_direct {
-
-// cp.async wrappers.  src_bytes 0 reads nothing and zero-fills the destination.
-__device__ __forceinline__ void copy4_async(float* smem, const float* gmem, bool valid) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void copy16_async(float* smem, const float* gmem, bool valid = true) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
 
 struct Params {
     const float* __restrict__ x;      // input, NCHW or NHWC
@@ -173,8 +160,8 @@ __device__ __forceinline__ void conv_block(const Params& p) {
                 if (T::A_VECS % THREADS == 0 || e < T::A_VECS) {
                     const int krow = e / (BM / 4);
                     const bool inside = x_quad >= 0 && kbase + krow < p.C;
-                    copy16_async(&As[slot][krow][4 * quad],
-                                 inside ? p.x + x_quad + (kbase + krow) * P : p.x, inside);
+                    mw::cp_async_cg16(&As[slot][krow][4 * quad],
+                                      inside ? p.x + x_quad + (kbase + krow) * P : p.x, inside);
                 }
             }
         } else {
@@ -204,7 +191,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
                         // with src-size 0).
                         src = reinterpret_cast<const float*>(my_x + 4ll * (inside ? t.x : -my_pixel.x));
                     }
-                    copy4_async(a_slot + krow * LDA + col, src, inside);
+                    mw::cp_async_ca4(a_slot + krow * LDA + col, src, inside);
                 }
             }
         }
@@ -214,7 +201,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
             if (T::B_VECS % THREADS == 0 || e < T::B_VECS) {
                 const int row = e / (BN / 4);
                 const int col = (e % (BN / 4)) * 4;
-                copy16_async(&Bs[slot][row][col], p.wt + (size_t)(kbase + row) * p.ldw + k0n + col);
+                mw::cp_async_cg16(&Bs[slot][row][col], p.wt + (size_t)(kbase + row) * p.ldw + k0n + col, true);
             }
         }
     };
@@ -234,30 +221,29 @@ __device__ __forceinline__ void conv_block(const Params& p) {
         write_tile<BM, BN, BK, TM, TN, NHWC>(p, tile, add, m0, k0n, tx, ty);
     };
 
-    // Two-level summation (when MW_DIRECT_FLUSH_TERMS > 0): every FLUSH_KTILES k-tiles
-    // (MW_DIRECT_FLUSH_TERMS reduction terms) a thread adds its register tile into its own output elements and starts
-    // again from zero.  A float32 chain of C*R*S FMAs has a relative error growing like
-    // sqrt(C*R*S) * 2^-24 (about 2e-6 at 14700 terms); chunks of 256 keep it near 3e-7.
-    // Each output element belongs to one thread, so there is no race; the order of the
-    // additions is fixed, so results are deterministic.
-    // One software-pipelined pass over k-tiles [c0, c1) into acc.
+    // Two-level summation (MW_DIRECT_FLUSH_TERMS > 0): every MW_DIRECT_FLUSH_TERMS reduction
+    // terms a thread adds its register tile into its own output elements and starts again from
+    // zero, because a float32 chain's relative error grows like sqrt(terms) * 2^-24
+    // (megawino.direct.config.flush_terms picks the layers).  Each output element belongs to
+    // one thread and the order of the additions is fixed, so results are deterministic.
+    // run_chunk: one software-pipelined pass over k-tiles [c0, c1) into acc.
     auto run_chunk = [&](int c0, int c1) {
         // Prologue: STAGES - 1 tiles in flight.  One commit group per tile (empty past
         // the end) keeps "wait until STAGES - 2 groups are pending" meaning "tile kt landed".
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (c0 + s < c1) load_tile(c0 + s, s);
-            copy_commit();
+            mw::cp_async_commit();
         }
         int slot = 0;
         for (int kt = c0; kt < c1; ++kt) {
-            copy_wait<STAGES - 2>();
+            mw::cp_async_wait<STAGES - 2>();
             // Tile kt is visible to all threads, and every thread is done with the slot
             // the next copy overwrites (read in iteration kt - 1).
             __syncthreads();
             const int ahead = kt + STAGES - 1;
             if (ahead < c1) load_tile(ahead, slot == 0 ? STAGES - 1 : slot - 1);
-            copy_commit();
+            mw::cp_async_commit();
 #pragma unroll
             for (int kk = 0; kk < BK; ++kk) {
                 float a[TM], b[TN];
@@ -278,7 +264,7 @@ __device__ __forceinline__ void conv_block(const Params& p) {
             }
             slot = slot == STAGES - 1 ? 0 : slot + 1;
         }
-        copy_wait<0>();
+        mw::cp_async_wait<0>();
         __syncthreads();   // the next chunk's prologue refills the ring
     };
 
@@ -304,11 +290,20 @@ template <int BM, int BN, int BK, int TM, int TN, bool NHWC>
 __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[TM][TN], bool add,
                                            int m0, int k0n, int tx, int ty) {
     using T = Tile<BM, BN, BK, TM, TN, NHWC>;
-    // Opaque copies: keep the compiler from hoisting this address math out of the
-    // k-loop (where the flush calls it), which would hold registers across the FFMAs.
-    asm volatile("" : "+r"(m0), "+r"(k0n), "+r"(tx), "+r"(ty));
+    // The flush calls this inside the k-loop: its address math must not be hoisted there.
+    mw::opaque(m0, k0n, tx, ty);
     const int P = p.OH * p.OW;
     const bool y_aligned = (reinterpret_cast<unsigned long long>(p.y) & 15ull) == 0;
+    // body(j, k) for each output channel k < K of the thread, j its column of acc.
+    auto for_each_channel = [&](auto&& body) {
+#pragma unroll
+        for (int jn = 0; jn < TN / 4; ++jn)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
+                if (k < p.K) body(4 * jn + q, k);
+            }
+    };
     if constexpr (!NHWC) {
         // y[n][k][pix]: four consecutive pixels of a thread are contiguous when they
         // lie in one image; with P % 4 == 0 and m % 4 == 0 they always do.
@@ -320,23 +315,17 @@ __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[T
                 if (mb < p.M) {
                     const int n = mb / P;
                     const int pix = mb - n * P;
-#pragma unroll
-                    for (int jn = 0; jn < TN / 4; ++jn)
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
-                            if (k < p.K) {
-                                const float4 v = make_float4(acc[4 * jm + 0][4 * jn + q], acc[4 * jm + 1][4 * jn + q],
-                                                             acc[4 * jm + 2][4 * jn + q], acc[4 * jm + 3][4 * jn + q]);
-                                float4* dst = reinterpret_cast<float4*>(p.y + ((size_t)(n * p.K + k) * P + pix));
-                                if (add) {
-                                    const float4 o = *dst;
-                                    *dst = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
-                                } else {
-                                    *dst = v;
-                                }
-                            }
+                    for_each_channel([&](int j, int k) {
+                        const float4 v = make_float4(acc[4 * jm + 0][j], acc[4 * jm + 1][j], acc[4 * jm + 2][j],
+                                                     acc[4 * jm + 3][j]);
+                        float4* dst = reinterpret_cast<float4*>(p.y + ((size_t)(n * p.K + k) * P + pix));
+                        if (add) {
+                            const float4 o = *dst;
+                            *dst = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                        } else {
+                            *dst = v;
                         }
+                    });
                 }
             } else {
 #pragma unroll
@@ -345,16 +334,10 @@ __device__ __forceinline__ void write_tile(const Params& p, const float (&acc)[T
                     if (m < p.M) {
                         const int n = m / P;
                         const int pix = m - n * P;
-#pragma unroll
-                        for (int jn = 0; jn < TN / 4; ++jn)
-#pragma unroll
-                            for (int q = 0; q < 4; ++q) {
-                                const int k = k0n + jn * T::TY * 4 + ty * 4 + q;
-                                if (k < p.K) {
-                                    float* dst = p.y + ((size_t)(n * p.K + k) * P + pix);
-                                    *dst = add ? *dst + acc[4 * jm + r][4 * jn + q] : acc[4 * jm + r][4 * jn + q];
-                                }
-                            }
+                        for_each_channel([&](int j, int k) {
+                            float* dst = p.y + ((size_t)(n * p.K + k) * P + pix);
+                            *dst = add ? *dst + acc[4 * jm + r][j] : acc[4 * jm + r][j];
+                        });
                     }
                 }
             }

@@ -1,15 +1,14 @@
 // INPUT task (group g, index -> tile slice and channel chunk, transform_slice below):
-// V[:, tiles of the slice, chunk] = B^T d B for each
-// (tile, channel) of the task, d the alpha x alpha input window at rows
-// th*m - pad + [0, alpha), cols tw*m - pad + [0, alpha), zero outside the image.
-// Padding tiles (t >= tiles) and padding channels (c >= C) get zeros.
-// Mirrors megawino/stages/input_transform.py.
-//
-// Both layouts: input_transform_default (input_transform_task_v2, lane map below).
+// V[:, tiles of the slice, chunk] = B^T d B for each (tile, channel) of the task, d the
+// alpha x alpha input window at rows th*m - pad + [0, alpha), cols tw*m - pad + [0, alpha),
+// zero outside the image.  Padding tiles (t >= tiles) and padding channels (c >= C) get zeros.
+// Mirrors megawino/stages/input_transform.py.  Every lane map runs the same load_window /
+// Wino<M>::bt calls per (tile, channel), so all produce the same bits.
 #pragma once
 
 #include "generated_tasks.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
@@ -46,27 +45,10 @@ __device__ __forceinline__ TransformSlice transform_slice(const Params& p, int g
   return s;
 }
 
-// Version 2 (default; bench/NOTES.md experiment 4): a thread takes one tile and CPT consecutive
-// channels, and the lanes of a warp cover CW channels (CW / CPT lanes) of 32 * CPT / CW tiles, so
-// with CW = 32 each V store instruction of a warp writes whole 128-byte lines (one line per tile
-// and position) instead of 32-byte quarters spread over 4 lines.  The window loads use per-tile
-// row / column masks (no per-element 64-bit index arithmetic).  Same arithmetic, same bits.
-#ifndef MW_IN_CPT
-#define MW_IN_CPT 2
-#endif
-#ifndef MW_IN_CW
-#define MW_IN_CW 32
-#endif
-
-// MW_IN_VEC4 (bench/NOTES.md 29): an NCHW F(4x4) window whose columns q0 + 1 .. q0 + 4 start a
-// 16-byte-aligned run inside the image (padding 1, W % 4 == 0: every tile of the suite's large
-// layers) reads each row as one float4 and two scalars instead of six scalars.  The same floats
-// land in d, so the bits do not change.
-#ifndef MW_IN_VEC4
-#define MW_IN_VEC4 1
-#endif
-
 // d = alpha x alpha window of channel c at (r0, q0); zeros outside the image or where !valid.
+// Per-tile row / column masks keep 64-bit index arithmetic out of the per-element loads.  An
+// NCHW F(4x4) window whose columns q0 + 1 .. q0 + 4 are a 16-byte-aligned run inside the image
+// reads each row as one float4 and two scalars, which loads the same floats in fewer instructions.
 template <int A, bool NHWC>
 __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc, int c, int r0, int q0,
                                             int C, int H, int W, bool valid, float* d) {
@@ -79,7 +61,7 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
   const float* base = NHWC
       ? x + ((static_cast<long long>(tc.n) * H + r0) * W + q0) * C + c
       : x + ((static_cast<long long>(tc.n) * C + c) * H + r0) * W + q0;
-  if constexpr (!NHWC && A == 6 && MW_IN_VEC4) {
+  if constexpr (!NHWC && A == 6) {
     const bool vec = (W & 3) == 0 && (reinterpret_cast<unsigned long long>(base + 1) & 15ull) == 0 &&
                      (cm & 0x1Eu) == 0x1Eu;
     if (vec) {
@@ -126,19 +108,20 @@ __device__ __forceinline__ void transform_window(const float* x, const TileCoord
   for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
 }
 
-template <int M, bool NHWC, int CPT, int CW>
-__device__ __forceinline__ void input_transform_task_v2(const Params& p, const float* x, int group,
-                                                        int index) {
+// NHWC: a thread takes one tile and CPT consecutive channels, a warp LANE_CHANNELS channels of
+// 32 * CPT / LANE_CHANNELS tiles, so each window load and V store of a warp is whole 128-byte lines.
+template <int M, int CPT>
+__device__ __forceinline__ void input_transform_nhwc(const Params& p, const float* x, int group, int index) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  constexpr int LPT = CW / CPT;            // lanes per tile
-  static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
+  constexpr int LPT = LANE_CHANNELS / CPT;   // lanes per tile
+  static_assert((CPT == 1 || CPT == 2) && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
   const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
   const int tpg = slice.tiles;
   const int per = static_cast<int>(p.input_channels_per_task);
   const int c0 = slice.chunk * per;
   const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
-  const int ncg = (c1 - c0 + CW - 1) / CW;
+  const int ncg = (c1 - c0 + LANE_CHANNELS - 1) / LANE_CHANNELS;
   const int items = tpg * ncg * LPT;
   const long long t_base = slice.t_base;
   const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
@@ -153,7 +136,7 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
     const int rest = w / LPT;
     const int cg = rest / tpg;
     const int tl = rest - cg * tpg;
-    const int cb = c0 + cg * CW + li * CPT;
+    const int cb = c0 + cg * LANE_CHANNELS + li * CPT;
     if (cb >= c1) continue;
     const long long t = t_base + tl;
     const bool t_ok = t < p.tiles;
@@ -164,15 +147,13 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
 #pragma unroll
     for (int ci = 0; ci < CPT; ++ci) {
       const int c = cb + ci;
-      transform_window<M, NHWC>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v[ci]);
+      transform_window<M, true>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v[ci]);
     }
     float* dst = V + t * cs + cb;
     if (vec) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        if constexpr (CPT == 4) {
-          *reinterpret_cast<float4*>(dst + q * plane) = make_float4(v[0][q], v[1][q], v[2][q], v[3][q]);
-        } else if constexpr (CPT == 2) {
+        if constexpr (CPT == 2) {
           *reinterpret_cast<float2*>(dst + q * plane) = make_float2(v[0][q], v[1][q]);
         } else {
           dst[q * plane] = v[0][q];
@@ -190,39 +171,26 @@ __device__ __forceinline__ void input_transform_task_v2(const Params& p, const f
   }
 }
 
-// Megakernel NCHW input with a narrower load lane map (opt-in MW_MEGA_INPUT_LANES,
-// bench/NOTES.md experiment 18).  A warp item is 2 consecutive tiles t0, t0 + 1 (horizontally
-// adjacent unless the pair wraps a tile row) x 32 channels cw..cw+31, done in two passes of one
-// channel per thread (the CPT 1 register cost): lane l = (tile t0 + s, s = l >> 4; k = l & 15)
-// takes channel cw + k in pass A and cw + 16 + k in pass B.  Each window load instruction of a
-// warp then reads 16 channel planes at two column offsets M floats apart (about 16-18 distinct
-// 128-byte lines instead of 32), like the non-fused CPT 2 kernel's loads.
-// Pass A's 36 results go to a per-warp shared buffer buf[q][lane] (AA x 32 floats: 8 warps x
-// 4.6 KB for m = 4, inside the GEMM's shared memory), pass B's stay in registers.  Per position q
-// the lane reads its xor-16 partner's pass-A value a = buf[q][l ^ 16] (the other tile, channel
-// cw + k) and stores two whole 128-byte lines (as the default CPT 1 / CW 32 map does):
-//   line (q, t0): lane l writes channel cw + (l ^ 16): lo lanes their own pass-B value, hi lanes a;
-//   line (q, t1): lane l writes channel cw + l:        lo lanes a, hi lanes their own pass-B value.
-// No shuffles; per q one LDS, two FSEL, two STG.  The V stores are st.global (st_global), so
-// ptxas knows they cannot alias the shared buffer and issues the LDS ahead of them (with generic
-// stores it keeps each LDS behind the previous store, bench/NOTES.md experiment 9).  Pass B sits
-// behind a warp-uniform branch (skipped when none of its channels is stored), which keeps ptxas
-// from hoisting its 36 loads into pass A's transform (SASS: each pass issues its 36 loads, then
-// transforms; without the branch the two windows share load scoreboards and the peak is 123 live
-// registers instead of 121).  Whole 32-channel items store unpredicated; a partial item (c1 - cw
-// < 32, not in the suite's default mappings) takes the predicated copy.  Same load_window /
-// Wino<M>::bt calls per (tile, channel) as input_transform_task_v2: same bits.  The loop is
-// warp-uniform (whole warp per item; lanes past c1 compute zeros that are never stored); NT
-// threads per block; a task's tile count is even (a multiple of tasks.TRANSFORM_MIN_TILES).
-__device__ __forceinline__ void st_global(float* ptr, float v) {
-  asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
-}
-
-template <int M, int NT>
-__device__ __forceinline__ void input_transform_task_lanes(const Params& p, const float* x, int group,
-                                                           int index, float* sbuf) {
+// NCHW: a warp item is 2 consecutive tiles t0, t0 + 1 x 32 channels cw .. cw + 31, in two
+// passes of one channel per thread (lane l: tile t0 + (l >> 4), channel cw + (l & 15) in pass A,
+// cw + 16 + (l & 15) in pass B), so each window load of a warp reads 16 channel planes at two
+// column offsets (about half the 128-byte lines of a warp of 32 channels) within the 128-register
+// cap.  Pass A's results go to the warp's slice of sbuf (buf[q][lane]) and pass B's stay in
+// registers; per position q a lane reads its xor-16 partner's pass-A value, and the warp stores
+// two whole 128-byte lines:
+//   line (q, t0):     lane l writes channel cw + (l ^ 16): lo lanes their pass-B value, hi lanes the partner's;
+//   line (q, t0 + 1): lane l writes channel cw + l:        lo lanes the partner's, hi lanes their pass-B value.
+// The V stores are st.global so that ptxas may issue the shared loads ahead of them, and pass B
+// sits behind a warp-uniform branch, which keeps ptxas from hoisting its window loads into pass
+// A's transform (more live registers).  The loop is warp-uniform: lanes past c1 compute zeros
+// that are never stored.  A task's tile count is even (a multiple of tasks.TRANSFORM_MIN_TILES).
+// sbuf: alpha^2 * BLOCK_THREADS floats.
+template <int M>
+__device__ __forceinline__ void input_transform_nchw(const Params& p, const float* x, int group, int index,
+                                                     float* sbuf) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
+  static_assert(LANE_CHANNELS == 32, "a warp item is one channel per lane");
   const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
   const int per = static_cast<int>(p.input_channels_per_task);
   const int c0 = slice.chunk * per;
@@ -241,7 +209,7 @@ __device__ __forceinline__ void input_transform_task_lanes(const Params& p, cons
   const bool hi = s != 0;
   float* buf = sbuf + (threadIdx.x >> 5) * (AA * 32);
 
-  for (int wi = threadIdx.x >> 5; wi < items; wi += NT / 32) {
+  for (int wi = threadIdx.x >> 5; wi < items; wi += BLOCK_THREADS / 32) {
     const int cg = wi / npair;
     const int tp = wi - cg * npair;
     const int cw = c0 + cg * 32;                           // first channel of the warp item
@@ -289,21 +257,16 @@ __device__ __forceinline__ void input_transform_task_lanes(const Params& p, cons
   }
 }
 
-// The megakernel's input task with MW_MEGA_INPUT_LANES: the lane map above for NCHW; NHWC keeps
-// input_transform_default (its CW 32 loads already read whole lines).
-template <int M, bool NHWC, int NT>
-__device__ __forceinline__ void input_transform_mega_lanes(const Params& p, const float* x, int group, int index,
-                                                           float* sbuf) {
+// The INPUT task of either layout.  NHWC_CPT: channels per thread of the NHWC map (the
+// megakernel's 128-register cap fits 1 without spills; the non-fused kernel takes 2).
+template <int M, bool NHWC, int NHWC_CPT>
+__device__ __forceinline__ void input_transform_task(const Params& p, const float* x, int group, int index,
+                                                     float* sbuf) {
   if constexpr (NHWC) {
-    input_transform_task_v2<M, true, MW_IN_CPT, MW_IN_CW>(p, x, group, index);
+    input_transform_nhwc<M, NHWC_CPT>(p, x, group, index);
   } else {
-    input_transform_task_lanes<M, NT>(p, x, group, index, sbuf);
+    input_transform_nchw<M>(p, x, group, index, sbuf);
   }
-}
-
-template <int M, bool NHWC>
-__device__ __forceinline__ void input_transform_default(const Params& p, const float* x, int group, int index) {
-  input_transform_task_v2<M, NHWC, MW_IN_CPT, MW_IN_CW>(p, x, group, index);
 }
 
 }  // namespace mw

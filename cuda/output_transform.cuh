@@ -1,29 +1,23 @@
-// OUTPUT task (group g, index -> tile slice and K chunk, transform_slice): y = A^T M A for
-// the real tiles of the slice, writes
-// masked to out_h x out_w.  Mirrors megawino/stages/output_transform.py.
-// Both layouts: output_transform_default (output_transform_task_v2, lane map below); the
-// megakernel at 2 blocks/SM: output_transform_task_cpt2s (shared-memory parking).
+// OUTPUT task (group g, index -> tile slice and K chunk, transform_slice): y = A^T M A for the
+// real tiles of the slice, writes masked to out_h x out_w.  Mirrors
+// megawino/stages/output_transform.py.  Both lane maps give a thread one tile and OUTPUT_CPT
+// consecutive channels and a warp LANE_CHANNELS channels, so each M load of a warp is whole
+// 128-byte lines; they share output_store_channel, so their bits agree by construction.
 #pragma once
 
 #include "generated_tasks.cuh"
 #include "input_transform.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
-// Version 2 (default; bench/NOTES.md experiment 4): a thread takes one tile and CPT consecutive
-// output channels, the lanes of a warp cover CW channels of 32 * CPT / CW tiles: with CW = 32 each
-// M load instruction of a warp reads whole 128-byte lines.  NCHW rows are written as float4 when
-// m = 4 and out_w % 4 == 0.  Same arithmetic, same bits.
-#ifndef MW_OUT_CPT
-#define MW_OUT_CPT 2
-#endif
-#ifndef MW_OUT_CW
-#define MW_OUT_CW 32
-#endif
+constexpr int OUTPUT_CPT = 2;                             // channels per thread
+constexpr int OUTPUT_LPT = LANE_CHANNELS / OUTPUT_CPT;    // lanes per tile
+static_assert((OUTPUT_LPT & (OUTPUT_LPT - 1)) == 0 && OUTPUT_LPT <= 32, "lane map");
 
 // One output channel of one tile: y = A^T m A, stored with the edge masks (a float4 per row
-// when NCHW rows allow).  Shared by both lane maps, so their bits agree by construction.
+// when NCHW rows allow).
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
                                                      const TileCoord& tc, int k) {
@@ -61,13 +55,13 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
 }
 
 // What an output task covers: tpg tiles from t_base (its slice of the group), channels [k0, k1)
-// in nkg groups of CW, and items = tpg * nkg * LPT lane slots (LPT lanes per tile); M's stride
-// between positions.
+// in nkg groups of LANE_CHANNELS, and items = tpg * nkg * OUTPUT_LPT lane slots; M's stride
+// between positions; vec: every lane slot holds OUTPUT_CPT real channels, aligned for one load.
 struct OutputItems {
   int tpg, K, k0, k1, nkg, items, ks;
   long long t_base, plane;
+  bool vec;
 };
-template <int CW, int LPT>
 __device__ __forceinline__ OutputItems output_items(const Params& p, int group, int index) {
   OutputItems o;
   const TransformSlice slice = transform_slice(p, group, index, p.output_tiles_per_task);
@@ -76,151 +70,110 @@ __device__ __forceinline__ OutputItems output_items(const Params& p, int group, 
   o.K = static_cast<int>(p.K);
   o.k0 = slice.chunk * per;
   o.k1 = min(o.K, o.k0 + per);
-  o.nkg = (o.k1 - o.k0 + CW - 1) / CW;
-  o.items = o.tpg * o.nkg * LPT;
+  o.nkg = (o.k1 - o.k0 + LANE_CHANNELS - 1) / LANE_CHANNELS;
+  o.items = o.tpg * o.nkg * OUTPUT_LPT;
   o.ks = static_cast<int>(p.k_stride);
   o.t_base = slice.t_base;
   o.plane = p.tiles_padded * p.k_stride;
+  o.vec = (o.k0 % OUTPUT_CPT) == 0 && ((o.k1 - o.k0) % OUTPUT_CPT) == 0;
   return o;
 }
 
-// Lane slot w of an output task: LPT lanes per tile, CPT channels per lane, CW channels per
-// channel group; its first channel kb and its tile t.
-template <int CW, int CPT, int LPT>
+// Lane slot w of an output task: its first channel kb and its tile t.
 __device__ __forceinline__ void output_item(int w, int tpg, int k0, long long t_base, int& kb, long long& t) {
-  const int li = w & (LPT - 1);
-  const int rest = w / LPT;
+  const int li = w & (OUTPUT_LPT - 1);
+  const int rest = w / OUTPUT_LPT;
   const int kg = rest / tpg;
   const int tl = rest - kg * tpg;
-  kb = k0 + kg * CW + li * CPT;
+  kb = k0 + kg * LANE_CHANNELS + li * OUTPUT_CPT;
   t = t_base + tl;
 }
 
 // body(kb, t, src) for every lane slot of an output task that lands on a real tile and channel:
 // kb its first channel, t its tile, src = &M[position 0][t][kb].  Both lane maps loop through this.
-template <int CW, int CPT, int LPT, class Body>
+template <class Body>
 __device__ __forceinline__ void for_each_output_item(const Params& p, const OutputItems& o, Body&& body) {
   const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
   for (int w = threadIdx.x; w < o.items; w += blockDim.x) {
     int kb;
     long long t;
-    output_item<CW, CPT, LPT>(w, o.tpg, o.k0, o.t_base, kb, t);
+    output_item(w, o.tpg, o.k0, o.t_base, kb, t);
     if (kb >= o.k1 || t >= p.tiles) continue;
     body(kb, t, Mb + t * o.ks + kb);
   }
 }
 
-template <int M, bool NHWC, int CPT, int CW>
-__device__ __forceinline__ void output_transform_task_v2(const Params& p, float* y, int group,
-                                                         int index) {
+// Both channels of a lane slot in registers (the non-fused kernel, up to 255 registers).
+template <int M, bool NHWC>
+__device__ __forceinline__ void output_transform_registers(const Params& p, float* y, int group, int index) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  constexpr int LPT = CW / CPT;
-  static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const OutputItems o = output_items<CW, LPT>(p, group, index);
-  const int k1 = o.k1;
-  const long long plane = o.plane;
-  const bool vec = CPT > 1 && (o.k0 % CPT) == 0 && ((k1 - o.k0) % CPT) == 0;
+  constexpr int CPT = OUTPUT_CPT;
+  const OutputItems o = output_items(p, group, index);
 
-  for_each_output_item<CW, CPT, LPT>(p, o, [&](int kb, long long t, const float* src) {
+  for_each_output_item(p, o, [&](int kb, long long t, const float* src) {
     float mm[CPT][AA];
-    if (vec) {
+    if (o.vec) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        if constexpr (CPT == 4) {
-          const float4 f = *reinterpret_cast<const float4*>(src + q * plane);
-          mm[0][q] = f.x; mm[1][q] = f.y; mm[2][q] = f.z; mm[3][q] = f.w;
-        } else if constexpr (CPT == 2) {
-          const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
-          mm[0][q] = f.x; mm[1][q] = f.y;
-        } else {
-          mm[0][q] = src[q * plane];
-        }
+        const float2 f = *reinterpret_cast<const float2*>(src + q * o.plane);
+        mm[0][q] = f.x; mm[1][q] = f.y;
       }
     } else {
 #pragma unroll
       for (int ci = 0; ci < CPT; ++ci)
 #pragma unroll
-        for (int q = 0; q < AA; ++q) mm[ci][q] = kb + ci < k1 ? src[q * plane + ci] : 0.0f;
+        for (int q = 0; q < AA; ++q) mm[ci][q] = kb + ci < o.k1 ? src[q * o.plane + ci] : 0.0f;
     }
     const TileCoord tc = tile_coord(p, t);
 #pragma unroll
     for (int ci = 0; ci < CPT; ++ci) {
-      if (kb + ci < k1) output_store_channel<M, NHWC>(p, y, mm[ci], tc, kb + ci);
+      if (kb + ci < o.k1) output_store_channel<M, NHWC>(p, y, mm[ci], tc, kb + ci);
     }
   });
 }
 
-// Per-thread private slots in shared memory (bench/NOTES.md experiment 8): slot q of a thread
-// at byte address base + q * NT * 4, base = its 4-byte column: conflict-free, no barrier needed
-// (a thread reads back only what it wrote).  Explicit st/ld.shared so that the compiler can
-// neither forward the value in a register nor drop the store.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void sts_f32(unsigned a, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
-}
-__device__ __forceinline__ float lds_f32(unsigned a) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
-  return v;
-}
-
-// Version 2 with 2 output channels per thread under a 128-register cap (the megakernel,
-// experiment 8): the same lane map, float2 M loads, arithmetic and y stores as
-// output_transform_task_v2<.., 2, CW>, but the second channel of each float2 goes straight to the
-// thread's private shared-memory slots (above) and is transformed after the first,
-// so only one channel's 36 values are live in registers.  sbuf: alpha^2 * NT floats.
-// Experiment 9: the vec path loads all 36 float2 into registers before the 36 parking stores;
-// otherwise ptxas (at the 128-register cap) sinks each load next to its STS and the loads of an
-// item run one after another (SASS: 36 LD.E.64 back to back, then the STS).
-template <int M, bool NHWC, int CW, int NT>
-__device__ __forceinline__ void output_transform_task_cpt2s(const Params& p, float* y, int group,
-                                                            int index, float* sbuf) {
+// The second channel of a lane slot parked in shared memory, so that only one channel's alpha^2
+// values are live in registers (the megakernel, under its 128-register cap).  Slot q of a thread
+// is at byte smem_addr(sbuf) + 4 * (q * BLOCK_THREADS + threadIdx.x): conflict-free, and no
+// barrier is needed since a thread reads back only what it wrote.  All alpha^2 float2 loads come
+// before the parking stores, else ptxas sinks each load next to its store and serialises them.
+// sbuf: alpha^2 * BLOCK_THREADS floats.
+template <int M, bool NHWC>
+__device__ __forceinline__ void output_transform_parked(const Params& p, float* y, int group, int index,
+                                                        float* sbuf) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  constexpr int CPT = 2;
-  constexpr int LPT = CW / CPT;
-  static_assert(CW % CPT == 0 && (LPT & (LPT - 1)) == 0 && LPT <= 32, "lane map");
-  const OutputItems o = output_items<CW, LPT>(p, group, index);
-  const int k1 = o.k1;
-  const long long plane = o.plane;
-  const bool vec = (o.k0 % CPT) == 0 && ((k1 - o.k0) % CPT) == 0;
+  const OutputItems o = output_items(p, group, index);
   const unsigned sa = smem_addr(sbuf) + threadIdx.x * 4u;
 
-  for_each_output_item<CW, CPT, LPT>(p, o, [&](int kb, long long t, const float* src) {
+  for_each_output_item(p, o, [&](int kb, long long t, const float* src) {
     float mm[AA];
-    if (vec) {
+    if (o.vec) {
       float hi[AA];
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        const float2 f = *reinterpret_cast<const float2*>(src + q * plane);
+        const float2 f = *reinterpret_cast<const float2*>(src + q * o.plane);
         mm[q] = f.x;
         hi[q] = f.y;
       }
 #pragma unroll
-      for (int q = 0; q < AA; ++q) sts_f32(sa + q * (NT * 4), hi[q]);
+      for (int q = 0; q < AA; ++q) sts_f32(sa + q * (BLOCK_THREADS * 4), hi[q]);
     } else {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
-        mm[q] = src[q * plane];
-        sts_f32(sa + q * (NT * 4), kb + 1 < k1 ? src[q * plane + 1] : 0.0f);
+        mm[q] = src[q * o.plane];
+        sts_f32(sa + q * (BLOCK_THREADS * 4), kb + 1 < o.k1 ? src[q * o.plane + 1] : 0.0f);
       }
     }
     const TileCoord tc = tile_coord(p, t);
     output_store_channel<M, NHWC>(p, y, mm, tc, kb);
-    if (kb + 1 < k1) {
+    if (kb + 1 < o.k1) {
 #pragma unroll
-      for (int q = 0; q < AA; ++q) mm[q] = lds_f32(sa + q * (NT * 4));
+      for (int q = 0; q < AA; ++q) mm[q] = lds_f32(sa + q * (BLOCK_THREADS * 4));
       output_store_channel<M, NHWC>(p, y, mm, tc, kb + 1);
     }
   });
-}
-
-template <int M, bool NHWC>
-__device__ __forceinline__ void output_transform_default(const Params& p, float* y, int group, int index) {
-  output_transform_task_v2<M, NHWC, MW_OUT_CPT, MW_OUT_CW>(p, y, group, index);
 }
 
 }  // namespace mw

@@ -21,36 +21,15 @@
 
 #include "generated_tasks.cuh"
 #include "params.cuh"
+#include "ptx.cuh"
 
 namespace mw {
 
 // STATE_* offsets, STATUS_* fields and STATE_WORDS come from generated_tasks.cuh
 // (megawino/abi.py).
 
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void red_release_gpu_add(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 __device__ __forceinline__ int ld_volatile(const int* p) {
   return *reinterpret_cast<const volatile int*>(p);
-}
-
-__device__ __forceinline__ long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return static_cast<long long>(t);
-}
-
-__device__ __forceinline__ int sm_id() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return static_cast<int>(s);
 }
 
 // Shared-memory slot of one block: the task in hand.
@@ -100,7 +79,6 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
 
 // Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
 // ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
-// (Claiming the next ticket while the current task runs was slower: bench/NOTES.md 34.)
 __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   int* state = reinterpret_cast<int*>(p.state);
   slot.ticket = -1;
@@ -117,10 +95,10 @@ __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   if (!sched_wait(p, ticket, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
   __threadfence();   // acquire side: the parents' data is visible to this block
 #ifdef MW_TRACE
-  long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * 4;
-  tr[0] = sm_id();
-  tr[1] = t_fetch;
-  tr[2] = global_timer_ns();
+  long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * TRACE_FIELDS;
+  tr[TRACE_SM] = sm_id();
+  tr[TRACE_FETCH] = t_fetch;
+  tr[TRACE_START] = global_timer_ns();
 #endif
   slot.ticket = ticket;
 }
@@ -132,12 +110,16 @@ __device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& s
   if (counter >= 0)
     red_release_gpu_add(reinterpret_cast<unsigned*>(p.counters) + counter * COUNTER_STRIDE, 1u);
 #ifdef MW_TRACE
-  reinterpret_cast<long long*>(p.trace)[static_cast<long long>(slot.ticket) * 4 + 3] = global_timer_ns();
+  reinterpret_cast<long long*>(p.trace)[static_cast<long long>(slot.ticket) * TRACE_FIELDS + TRACE_END] =
+      global_timer_ns();
 #endif
 }
 
-// Whole block, once, after the loop.  The last block to leave resets the state.
-__device__ __forceinline__ void sched_exit(const Params& p, int* s_last) {
+// Whole block, once, after the loop.  The last block to leave resets the state and writes the
+// launch's status line into ``report`` (pinned host memory the host polls, or null): FIRED last,
+// after a system fence, so the host never reads a half-written line.
+static_assert(STATUS_FLAG == 0 && STATUS_FIRED == STATUS_NEED + 1, "FIRED closes the status line");
+__device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* report) {
   int* state = reinterpret_cast<int*>(p.state);
   if (threadIdx.x == 0) {
     __threadfence();
@@ -150,7 +132,15 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last) {
   for (long long i = threadIdx.x; i < p.num_counters; i += blockDim.x)
     counters[i * COUNTER_STRIDE] = 0u;
   if (threadIdx.x == 0) {
-    atomicAdd(state + STATE_STATUS + STATUS_FIRED, atomicExch(state + STATE_STATUS + STATUS_FLAG, 0));
+    const int fired_now = atomicExch(state + STATE_STATUS + STATUS_FLAG, 0);
+    const int fired_total = atomicAdd(state + STATE_STATUS + STATUS_FIRED, fired_now) + fired_now;
+    if (report != nullptr) {
+      volatile int* out = report;
+      out[STATUS_FLAG] = fired_now;
+      for (int i = STATUS_FLAG + 1; i < STATUS_FIRED; ++i) out[i] = ld_volatile(state + STATE_STATUS + i);
+      __threadfence_system();
+      out[STATUS_FIRED] = fired_total;
+    }
     state[STATE_HEAD] = 0;
     state[STATE_ABORT] = 0;
     state[STATE_BREAK] = -1;

@@ -4,7 +4,8 @@ user's cache directory (never inside the installed package).
 The cache file is ``<cache dir>/algo_choice.json`` (cache dir: ``$MEGAWINO_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/megawino``, else ``~/.cache/megawino``), written atomically.  A shape is
 timed with CUDA events on the current stream: every candidate runs once to warm up, then
-``ROUNDS`` rounds time each candidate in turn and the medians decide.
+``ROUNDS`` rounds time a burst of ``BURST`` back-to-back calls of each candidate in turn, and
+the medians of the time per call decide.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from .nvrtc import cupy_module
 from .user_files import cache_dir, write_text_atomically
 
 ROUNDS = 7
+BURST = 4
 FILE_NAME = "algo_choice.json"
-FORMAT = "megawino-algo-choice-1"
+FORMAT = "megawino-algo-choice-2"
 
 _lock = threading.Lock()
 _memory: dict = {}          # (gpu name, key) -> choice
@@ -103,8 +105,10 @@ def choose_fastest(key: str, candidates: dict) -> str:
     return choice
 
 
-def measure(candidates: dict, rounds: int = ROUNDS) -> dict:
-    """Median microseconds of each candidate, timed with CUDA events in alternating rounds."""
+def measure(candidates: dict, rounds: int = ROUNDS, calls: int = BURST) -> dict:
+    """Median microseconds per call of each candidate, timed with CUDA events in alternating
+    rounds; each sample is a burst of ``calls`` back-to-back calls, so the host time of a call
+    counts only where it exceeds the GPU's (as inside a model, where the host runs ahead)."""
     cupy = cupy_module()
     stream = cupy.cuda.get_current_stream()
     for fn in candidates.values():
@@ -114,10 +118,11 @@ def measure(candidates: dict, rounds: int = ROUNDS) -> dict:
     for _ in range(rounds):
         for name, fn in candidates.items():
             start.record(stream)
-            fn()
+            for _ in range(calls):
+                fn()
             end.record(stream)
             end.synchronize()
-            samples[name].append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+            samples[name].append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / calls)
     return {name: float(np.median(v)) for name, v in samples.items()}
 
 

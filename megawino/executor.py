@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from . import mapping as mapping_mod
+from . import task_types
 from .spec import LayerSpec
-from .stages import RUNNERS
 from .task_sizes import build_graph, default_params
-from .tasks import Layout, TaskGraph, TaskParams, TaskType
+from .tasks import Layout, TaskGraph, TaskParams
 from .winograd import transform
 
 POISON = np.float32(np.nan)
@@ -56,9 +56,9 @@ def check_inputs(spec: LayerSpec, x, w) -> None:
 
 
 def run_task(graph: TaskGraph, task: int, buffers: Buffers, tf=None) -> None:
-    rec = graph.records[task]
+    rec = graph.typed_records[task]
     tf = tf if tf is not None else transform(graph.layout.params.m)
-    RUNNERS[TaskType(int(rec[0]))](graph.layout, buffers, int(rec[1]), int(rec[2]), tf)
+    task_types.info(rec["type"]).runner(graph.layout, buffers, int(rec["group"]), int(rec["index"]), tf)
 
 
 def execute(graph: TaskGraph, order, x: np.ndarray, w: np.ndarray) -> Buffers:

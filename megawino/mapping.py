@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from . import task_types
 from .tasks import INT32_MAX, TaskGraph, TaskType, _positive_int
 
 
@@ -57,9 +58,10 @@ class Mapping:
 
 
 def sequential_mapping(graph: TaskGraph) -> np.ndarray:
-    """All filter, then all input, all GEMM, all output tasks (the paper's Fig. 3a)."""
+    """All filter, then all input, all GEMM, all output tasks (the paper's Fig. 3a): the tasks
+    of each registered type in type-code order."""
     types = graph.types
-    return np.concatenate([np.flatnonzero(types == int(t)) for t in TaskType]).astype(np.int32)
+    return np.concatenate([np.flatnonzero(types == t) for t in task_types.codes().tolist()]).astype(np.int32)
 
 
 def interleaved_mapping(graph: TaskGraph, dig: int = 64, dgo: int = 128, m: int = 4) -> np.ndarray:

@@ -133,13 +133,15 @@ def clear_cache() -> None:
     weights.CACHE.clear()
 
 
-def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH) -> str:
+def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH, prepared_weights: bool = False) -> str:
     """The fastest of the algorithms that can run ``spec`` on this GPU (measured once per shape,
-    cached in the user's cache directory)."""
+    cached in the user's cache directory).  ``prepared_weights``: time the calls as a caller
+    with a weight token makes them (the filter transform or packing skipped)."""
     if not spec.winograd_eligible:
         return "direct"
     cupy = cupy_module()
-    key = f"{spec.with_(name='').shape_string}/{spec.layout}/{gemm_math}/{source_hash()[:12]}"
+    key = (f"{spec.with_(name='').shape_string}/{spec.layout}/{gemm_math}/"
+           f"{'prepared' if prepared_weights else 'raw'}/{source_hash()[:12]}")
     known = algo_choice.cached_choice(key)
     if known in ALGOS:
         return known
@@ -155,7 +157,8 @@ def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH) -> str:
                           lambda a=algo: plan(spec, algo=a, gemm_math=gemm_math))
         except ValueError:        # a shape one algorithm cannot take
             continue
-        candidates[algo] = lambda p=p: p(x, w, out=y, check=False)
+        token = ("choose_algo", spec, algo) if prepared_weights else None
+        candidates[algo] = lambda p=p, token=token: p(x, w, out=y, check=False, weight_token=token)
     choice = choose_fastest(key, candidates)
     for algo in candidates:
         if algo != choice:                    # the losers' workspaces are not kept
@@ -220,7 +223,7 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
     if x.device.id != device or w.device.id != device:
         raise ValueError(f"x is on device {x.device.id} and w on device {w.device.id}, the current "
                          f"device is {device}")
-    key = (device, x.shape, w.shape, stride, padding, layout, algo, gemm_math)
+    key = (device, x.shape, w.shape, stride, padding, layout, algo, gemm_math, weight_token is not None)
     resolved = _RESOLVED.get(key)
     if resolved is None:
         n, c, h, wd = x.shape if layout == "NCHW" else (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
@@ -235,7 +238,7 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
         check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
     if resolved is None:
         if algo == "auto":
-            algo = choose_algo(spec, gemm_math)
+            algo = choose_algo(spec, gemm_math, prepared_weights=weight_token is not None)
         if len(_RESOLVED) >= 4096:
             _RESOLVED.clear()
         _RESOLVED[key] = (spec, algo)

@@ -29,13 +29,9 @@ import heapq
 
 import numpy as np
 
+from . import task_types
 from .mapping import validate_mapping
-from .tasks import LANE_CHANNELS, TASK_RECORD_FIELDS, TaskType
 from .timeline import Timeline
-
-_WAIT_A = TASK_RECORD_FIELDS.index("wait_a")
-_WAIT_B = TASK_RECORD_FIELDS.index("wait_b")
-_SIGNAL = TASK_RECORD_FIELDS.index("signal")
 
 
 def default_workers(sms: int = 132, residents_per_sm: int = 2) -> int:
@@ -44,45 +40,15 @@ def default_workers(sms: int = 132, residents_per_sm: int = 2) -> int:
 
 
 def task_work(graph) -> tuple[np.ndarray, np.ndarray]:
-    """(flops, bytes) per task id, vectorised over the records.
-
-    FILTER: per (c, k) pair, G g G^T: 2*(alpha*9 + alpha^2*3) flops; reads 9 floats,
-    writes alpha^2.  INPUT: per (tile, channel) B^T d B, two alpha^3 multiply-add
-    products (4*alpha^3 flops); reads the m*m unique input pixels (the overlap comes
-    from L2), writes alpha^2 floats of V.  GEMM: V[p][rows][:] @ U[p][:][kcols]:
-    2*t*C*kw flops; reads t*C + C*kw floats, writes t*kw.  OUTPUT: per (tile, k)
-    A^T M A: 2*(m*alpha^2 + m^2*alpha) flops; reads alpha^2, writes m*m floats.
-    Padded channels count as work (the kernels do them), and so do idle lanes: transform
-    channel counts are rounded up to LANE_CHANNELS.
-    """
-    layout, p = graph.layout, graph.layout.params
-    m, a, t = p.m, p.alpha, p.tiles_per_group
-    t_in, t_out = p.input_tiles_per_task, p.output_tiles_per_task
-    types, idx = graph.types.astype(np.int64), graph.field("index").astype(np.int64)
-
-    def width(lo, per, total):
-        return np.clip(np.minimum(total, lo + per) - lo, 0, None).astype(np.float64)
-
-    pairs = width(idx * p.filter_pairs_per_task, p.filter_pairs_per_task, layout.c_stride * layout.k_stride)
-    # Transform tasks: a warp covers LANE_CHANNELS channels, so time follows the channel
-    # count rounded up to that (a 16-channel task leaves half the lanes idle).
-    lanes = lambda n: np.ceil(n / LANE_CHANNELS) * LANE_CHANNELS  # noqa: E731
-    # Transform task index = chunk * tile parts + part (Layout.input_slices / output_slices).
-    in_chunk, out_chunk = idx // layout.input_tile_parts, idx // layout.output_tile_parts
-    chans = lanes(width(in_chunk * p.input_channels_per_task, p.input_channels_per_task, layout.c_stride))
-    kb = idx % layout.k_blocks
-    kw = width(kb * p.gemm_k_per_task, p.gemm_k_per_task, layout.k_stride)
-    kch = lanes(width(out_chunk * p.output_k_per_task, p.output_k_per_task, layout.spec.K))
-    c = float(layout.c_stride)
-    flops_by_type = [pairs * 2 * (a * 9 + a * a * 3), t_in * chans * 4 * a ** 3,
-                     2.0 * t * c * kw, t_out * kch * 2 * (m * a * a + m * m * a)]
-    bytes_by_type = [pairs * 4 * (9 + a * a), t_in * chans * 4 * (m * m + a * a),
-                     4.0 * (t * c + c * kw + t * kw), t_out * kch * 4 * (a * a + m * m)]
+    """(flops, bytes) per task id: each registered type's ``work`` (megawino.task_types) on
+    its tasks.  Padded channels count as work (the kernels do them), and so do idle lanes."""
+    types = graph.types.astype(np.int64)
+    group, index = graph.field("group").astype(np.int64), graph.field("index").astype(np.int64)
     flops, nbytes = np.zeros(len(types)), np.zeros(len(types))
-    for tt in TaskType:
-        sel = types == tt
-        flops[sel] = flops_by_type[tt][sel]
-        nbytes[sel] = bytes_by_type[tt][sel]
+    for entry in task_types.registered():
+        sel = types == entry.code
+        if sel.any():
+            flops[sel], nbytes[sel] = entry.work(graph.layout, group[sel], index[sel])
     return flops, nbytes
 
 
@@ -173,6 +139,11 @@ def expected_overlap(sm_of, worker, start, end) -> np.ndarray:
     return o
 
 
+def _ones() -> dict:
+    """A factor of 1 per registered task type."""
+    return {int(c): 1.0 for c in task_types.codes()}
+
+
 @dataclasses.dataclass(frozen=True)
 class CostModel:
     """Roofline durations with each resident slot's share of the GPU's ceilings.
@@ -192,9 +163,9 @@ class CostModel:
     bytes_per_s: float = 2.97e12
     sms: int = 132
     handoff_us: float = 1.0
-    scale: dict = dataclasses.field(default_factory=lambda: {int(t): 1.0 for t in TaskType})
+    scale: dict = dataclasses.field(default_factory=_ones)
     residents_per_sm: int = 2
-    solo: dict = dataclasses.field(default_factory=lambda: {int(t): 1.0 for t in TaskType})
+    solo: dict = dataclasses.field(default_factory=_ones)
     # How far a ticket's SM sibling follows the simulated schedule (0: decorrelated by jitter,
     # expected_overlap; 1: the simulated sibling's own tasks), fitted by calibrate.
     sibling_weight: float = 0.0
@@ -205,10 +176,10 @@ class CostModel:
         return default_workers(self.sms, self.residents_per_sm)
 
     def scale_array(self) -> np.ndarray:
-        return np.array([float(self.scale.get(int(t), 1.0)) for t in TaskType])
+        return np.array(task_types.by_code(lambda e: float(self.scale.get(e.code, 1.0)), 1.0))
 
     def solo_array(self) -> np.ndarray:
-        return np.array([float(self.solo.get(int(t), 1.0)) for t in TaskType])
+        return np.array(task_types.by_code(lambda e: float(self.solo.get(e.code, 1.0)), 1.0))
 
     def task_costs(self, graph, workers: int | None = None) -> np.ndarray:
         """Duration in microseconds per task id, its SM shared (``workers``: the share
@@ -229,7 +200,7 @@ class CostModel:
         between a worker's end and its next fetch.  Types absent keep their factors."""
         if isinstance(timelines, Timeline):
             timelines = [timelines]
-        base = dataclasses.replace(self, scale={int(t): 1.0 for t in TaskType})
+        base = dataclasses.replace(self, scale=_ones())
         unscaled = base.task_costs(graph)
         ratio, over, types, hand, gaps = [], [], [], [], []
         for tl in timelines:
@@ -244,7 +215,7 @@ class CostModel:
             gaps.append((tl.fetch[order[1:]] - tl.end[order[:-1]])[same])
         ratio, over, types = np.concatenate(ratio), np.concatenate(over), np.concatenate(types)
         scale, solo = dict(self.scale), dict(self.solo)
-        for t in TaskType:
+        for t in task_types.codes().tolist():
             sel = types == t
             if not sel.any():
                 continue
@@ -299,21 +270,20 @@ def parents_end(graph, timeline: Timeline) -> np.ndarray:
     end_by_task = np.zeros(graph.num_tasks)
     end_by_task[timeline.task] = timeline.end
     counter_end = np.zeros(graph.layout.num_counters)
-    sig = graph.records[:, _SIGNAL]
+    sig = graph.field("signal")
     has = sig >= 0
     np.maximum.at(counter_end, sig[has], end_by_task[has])
     ready = np.zeros(timeline.tickets)
-    for col in (_WAIT_A, _WAIT_B):
-        c = graph.records[timeline.task, col]
+    for wait in ("wait_a", "wait_b"):
+        c = graph.field(wait)[timeline.task]
         ready = np.where(c >= 0, np.maximum(ready, counter_end[np.maximum(c, 0)]), ready)
     return ready
 
 
 def _run(graph, mapping: list, workers: int, dur: list, h: float):
     """One pass of the ticket loop: (fetch, start, end, worker) lists per ticket."""
-    rec = graph.records
-    wait_a, wait_b = rec[:, _WAIT_A].tolist(), rec[:, _WAIT_B].tolist()
-    signal = rec[:, _SIGNAL].tolist()
+    wait_a, wait_b = graph.field("wait_a").tolist(), graph.field("wait_b").tolist()
+    signal = graph.field("signal").tolist()
     counter_end = [0.0] * graph.layout.num_counters
     n = len(mapping)
     heap = [(0.0, w) for w in range(workers)]           # (free time, worker): sorted, so a heap

@@ -157,7 +157,8 @@ def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
     graph = TaskGraph(layout, records)
     # The needs written into the records must equal the counters' in-degrees.
     need = graph.counter_need
-    for wait, need_col in ((3, 4), (5, 6)):
-        has = records[:, wait] >= 0
-        assert np.array_equal(need[records[has, wait]], records[has, need_col]), "counter needs drifted"
+    typed = graph.typed_records
+    for wait, need_field in (("wait_a", "need_a"), ("wait_b", "need_b")):
+        has = typed[wait] >= 0
+        assert np.array_equal(need[typed[wait][has]], typed[need_field][has]), "counter needs drifted"
     return graph

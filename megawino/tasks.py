@@ -40,6 +40,9 @@ class TaskType(enum.IntEnum):
 # Fields of one task record (int32 each), in order.  ``need_*`` is the count a
 # waited counter must reach per launch; -1 in ``wait_*`` / ``signal`` means none.
 TASK_RECORD_FIELDS = ("type", "group", "index", "wait_a", "need_a", "wait_b", "need_b", "signal")
+# One record as a NumPy structured dtype: TaskGraph.records stays int32 [num_tasks][8] (the
+# bytes the kernels read, as the generated C struct mw::TaskRecord); views of it name the fields.
+TASK_RECORD_DTYPE = np.dtype([(name, np.int32) for name in TASK_RECORD_FIELDS])
 NO_COUNTER = -1
 
 # Alignment of the buffer strides (the CUDA GEMM reads 16-byte vectors).
@@ -47,8 +50,8 @@ CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a mult
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
-LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (MW_IN_CW in
-                         # input_transform.cuh, the output lane map in megakernel.cu): a task with
+LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE_CHANNELS in
+                         # cuda/params.cuh): a task with
                          # fewer channels leaves lanes idle and is no faster
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
@@ -294,8 +297,13 @@ class TaskGraph:
     def num_tasks(self) -> int:
         return int(self.records.shape[0])
 
+    @property
+    def typed_records(self) -> np.ndarray:
+        """The records as a [num_tasks] array of TASK_RECORD_DTYPE (a view: same memory)."""
+        return self.records.view(TASK_RECORD_DTYPE).reshape(-1)
+
     def field(self, name: str) -> np.ndarray:
-        return self.records[:, TASK_RECORD_FIELDS.index(name)]
+        return self.typed_records[name]
 
     @property
     def types(self) -> np.ndarray:
@@ -320,36 +328,33 @@ class TaskGraph:
         return [order[bounds[c]:bounds[c + 1]] for c in range(self.layout.num_counters)]
 
     def describe_task(self, task: int) -> str:
-        rec = self.records[task]
-        kind = TaskType(int(rec[0])).name
-        if kind == "FILTER":
-            return f"FILTER #{rec[2]}"
-        if kind == "GEMM":
-            return f"GEMM g={rec[1]} j={rec[2]}"
-        slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
-        (t0, t1), (c0, c1) = slices(int(rec[1]), int(rec[2]))
-        return f"{kind} g={rec[1]} #{rec[2]} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
+        rec = self.typed_records[task]
+        code, group, index = int(rec["type"]), int(rec["group"]), int(rec["index"])
+        kind = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
+        if kind in ("INPUT", "OUTPUT"):
+            slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
+            (t0, t1), (c0, c1) = slices(group, index)
+            return f"{kind} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
+        return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(
+            kind, f"{kind} g={group} #{index}")
 
     def to_networkx(self) -> nx.DiGraph:
         """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``
         with edges parent -> counter -> child."""
         graph = nx.DiGraph()
-        for task, rec in enumerate(self.records.tolist()):
-            graph.add_node(("task", task), type=TaskType(rec[0]), group=rec[1], index=rec[2])
-        for counter in range(self.layout.num_counters):
-            graph.add_node(("counter", counter))
-        sig = TASK_RECORD_FIELDS.index("signal")
-        waits = [(TASK_RECORD_FIELDS.index("wait_a")), TASK_RECORD_FIELDS.index("wait_b")]
-        for task, rec in enumerate(self.records.tolist()):
-            if rec[sig] >= 0:
-                graph.add_edge(("task", task), ("counter", rec[sig]))
-            for w in waits:
-                if rec[w] >= 0:
-                    graph.add_edge(("counter", rec[w]), ("task", task))
+        records = [dict(zip(TASK_RECORD_FIELDS, rec)) for rec in self.records.tolist()]
+        for task, rec in enumerate(records):
+            kind = TaskType(rec["type"]) if rec["type"] in TaskType._value2member_map_ else rec["type"]
+            graph.add_node(("task", task), type=kind, group=rec["group"], index=rec["index"])
+        graph.add_nodes_from(("counter", counter) for counter in range(self.layout.num_counters))
+        for task, rec in enumerate(records):
+            if rec["signal"] >= 0:
+                graph.add_edge(("task", task), ("counter", rec["signal"]))
+            graph.add_edges_from((("counter", rec[w]), ("task", task))
+                                 for w in ("wait_a", "wait_b") if rec[w] >= 0)
         return graph
 
     def task_parents(self, task: int) -> np.ndarray:
-        rec = self.records[task]
-        parts = [self.counter_parents[rec[i]] for i in (3, 5) if rec[i] >= 0]
+        rec = self.typed_records[task]
+        parts = [self.counter_parents[rec[w]] for w in ("wait_a", "wait_b") if rec[w] >= 0]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-

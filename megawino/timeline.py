@@ -19,12 +19,9 @@ import json
 
 import numpy as np
 
+from . import task_types
+from .abi import TRACE_DTYPE, TRACE_FIELDS
 from .tasks import TaskType
-
-TYPE_NAMES = tuple(t.name for t in TaskType)
-TYPE_LETTERS = "FIGO"
-TYPE_COLORS = ("magenta", "cyan", "green", "blue")
-_SUB = ("#", "chunk", "j", "chunk")
 _SHADES = " ▁▂▃▄▅▆▇█"
 _EPS = 1e-9
 
@@ -75,9 +72,9 @@ class Timeline:
     def from_graph(cls, graph, mapping, worker, sm, fetch, start, end, **meta) -> "Timeline":
         """Timeline whose task types and names come from the graph's records."""
         task = np.asarray(mapping, dtype=np.int64)
-        rec = graph.records[task]
-        return cls(task=task, type=rec[:, 0], worker=worker, sm=sm, fetch=fetch, start=start,
-                   end=end, group=rec[:, 1].astype(np.int64), index=rec[:, 2].astype(np.int64), **meta)
+        rec = graph.typed_records[task]
+        return cls(task=task, type=rec["type"], worker=worker, sm=sm, fetch=fetch, start=start,
+                   end=end, group=rec["group"].astype(np.int64), index=rec["index"].astype(np.int64), **meta)
 
     @classmethod
     def from_gpu_trace(cls, records, mapping, graph, label: str = "") -> "Timeline":
@@ -89,12 +86,13 @@ class Timeline:
         last end is the latest one still <= its fetch (a block fetches right after
         its previous task ends), or to a new lane.  Slices on one lane never overlap.
         """
-        rec = np.asarray(records, dtype=np.int64)
+        rec = np.ascontiguousarray(records, dtype=np.int64)
         mapping = np.asarray(mapping, dtype=np.int64)
-        if rec.ndim != 2 or rec.shape[1] != 4 or rec.shape[0] != len(mapping):
-            raise ValueError(f"GPU trace must be int64 [{len(mapping)}][4] (smid, fetch, start, end), "
-                             f"got shape {rec.shape}")
-        smid, f_ns, s_ns, e_ns = (rec[:, i] for i in range(4))
+        if rec.ndim != 2 or rec.shape[1] != len(TRACE_FIELDS) or rec.shape[0] != len(mapping):
+            raise ValueError(f"GPU trace must be int64 [{len(mapping)}][{len(TRACE_FIELDS)}] "
+                             f"({', '.join(TRACE_FIELDS)}), got shape {rec.shape}")
+        rows = rec.view(TRACE_DTYPE).reshape(-1)
+        smid, f_ns, s_ns, e_ns = (rows[name] for name in TRACE_FIELDS)
         bad = np.flatnonzero((s_ns < f_ns) | (e_ns < s_ns))
         if len(bad):
             t = int(bad[0])
@@ -154,24 +152,25 @@ class Timeline:
     def max_wait(self) -> float:
         return float(self.wait.max()) if self.tickets else 0.0
 
-    def busy_share(self) -> dict[TaskType, float]:
-        """Share of the total busy worker-time (sum of start..end) per task type."""
+    def busy_share(self) -> dict[int, float]:
+        """Share of the total busy worker-time (sum of start..end) per task type code."""
         busy = self.durations
         total = busy.sum()
-        return {t: float(busy[self.type == t].sum() / total) if total > 0 else 0.0 for t in TaskType}
+        return {t: float(busy[self.type == t].sum() / total) if total > 0 else 0.0
+                for t in task_types.codes().tolist()}
 
-    def wait_by_type(self) -> dict[TaskType, float]:
-        """Total wait (us) of the tickets of each task type."""
+    def wait_by_type(self) -> dict[int, float]:
+        """Total wait (us) of the tickets of each task type code."""
         wait = self.wait
-        return {t: float(wait[self.type == t].sum()) for t in TaskType}
+        return {t: float(wait[self.type == t].sum()) for t in task_types.codes().tolist()}
 
     def describe(self, ticket: int) -> str:
-        t = int(self.type[ticket])
+        kind = task_types.info(int(self.type[ticket]))
         if self.group is None or self.index is None:
-            return f"{TYPE_NAMES[t]} task {int(self.task[ticket])}"
-        if t == TaskType.FILTER:
+            return f"{kind.name} task {int(self.task[ticket])}"
+        if kind.code == TaskType.FILTER:
             return f"FILTER #{int(self.index[ticket])}"
-        return f"{TYPE_NAMES[t]} g={int(self.group[ticket])} {_SUB[t]}={int(self.index[ticket])}"
+        return f"{kind.name} g={int(self.group[ticket])} {kind.index_label}={int(self.index[ticket])}"
 
     def worker_names(self, short: bool = False) -> list[str]:
         """'SM 12 slot 1' where the SM is known, else 'worker 7' (short: 'SM12.1', 'w7')."""
@@ -191,13 +190,15 @@ class Timeline:
         return np.linspace(t0, t0 + max(self.makespan, _EPS), bins + 1)
 
     def running_counts(self, bins: int) -> np.ndarray:
-        """[bins][4]: average number of running tasks of each type per time bin."""
+        """[bins][types]: average number of running tasks of each registered type (column i:
+        ``task_types.registered()[i]``) per time bin."""
         edges = self._edges(bins)
         width = edges[1] - edges[0]
-        out = np.zeros((bins, len(TaskType)))
-        for t in TaskType:
-            sel = self.type == t
-            out[:, t] = _occupancy(self.start[sel], self.end[sel], edges) / width
+        kinds = task_types.registered()
+        out = np.zeros((bins, len(kinds)))
+        for i, kind in enumerate(kinds):
+            sel = self.type == kind.code
+            out[:, i] = _occupancy(self.start[sel], self.end[sel], edges) / width
         return out
 
     def waiting_counts(self, bins: int) -> np.ndarray:
@@ -235,11 +236,11 @@ class Timeline:
             "label": self.label, "source": self.source, "tickets": self.tickets,
             "workers": self.num_workers, "makespan_us": self.makespan,
             "utilisation": float(busy.sum() / (workers * self.makespan)) if self.makespan > 0 else 0.0,
-            "busy_share": {t.name: v for t, v in self.busy_share().items()},
-            "busy_us": {t.name: float(busy[self.type == t].sum()) for t in TaskType},
-            "tasks": {t.name: int((self.type == t).sum()) for t in TaskType},
+            "busy_share": {task_types.info(t).name: v for t, v in self.busy_share().items()},
+            "busy_us": {k.name: float(busy[self.type == k.code].sum()) for k in task_types.registered()},
+            "tasks": {k.name: int((self.type == k.code).sum()) for k in task_types.registered()},
             "total_wait_us": self.total_wait, "max_wait_us": self.max_wait,
-            "wait_by_type_us": {t.name: v for t, v in self.wait_by_type().items()},
+            "wait_by_type_us": {task_types.info(t).name: v for t, v in self.wait_by_type().items()},
         }
 
     # ---- Perfetto / Chrome trace-event export ---------------------------
@@ -259,7 +260,7 @@ class Timeline:
             if start[i] > fetch[i]:
                 events.append({"name": "wait", "cat": "wait", "ph": "X", "pid": 0, "tid": w,
                                "ts": fetch[i], "dur": round(start[i] - fetch[i], 3), "args": args})
-            events.append({"name": self.describe(i), "cat": TYPE_NAMES[t], "ph": "X", "pid": 0,
+            events.append({"name": self.describe(i), "cat": task_types.info(t).name, "ph": "X", "pid": 0,
                            "tid": w, "ts": start[i], "dur": round(end[i] - start[i], 3), "args": args})
         trace = {"traceEvents": events, "displayTimeUnit": "ns"}
         if path is not None:
@@ -272,8 +273,8 @@ class Timeline:
 def _legend():
     from rich.text import Text
     text = Text()
-    for letter, name, color in zip(TYPE_LETTERS, TYPE_NAMES, TYPE_COLORS):
-        text.append(letter, style=f"bold {color}").append(f" {name.lower()}  ")
+    for kind in task_types.registered():
+        text.append(kind.letter, style=f"bold {kind.color}").append(f" {kind.label}  ")
     text.append("·", style="dim").append(" wait  ").append("space idle")
     return text
 
@@ -283,7 +284,7 @@ def _strip(tl: Timeline, bins: int):
     running, waiting = tl.running_counts(bins), tl.waiting_counts(bins)
     peak = max(float(running.max()), float(waiting.max()), _EPS)
     rows = []
-    series = [(TYPE_NAMES[t][:6], TYPE_COLORS[t], running[:, t]) for t in TaskType]
+    series = [(kind.name[:6], kind.color, running[:, i]) for i, kind in enumerate(task_types.registered())]
     series.append(("wait", "dim", waiting))
     for name, color, values in series:
         levels = np.clip(np.ceil(values / peak * 8), 0, 8).astype(int)
@@ -303,19 +304,20 @@ def _lanes(tl: Timeline, bins: int, lanes: int):
     names = tl.worker_names(short=True)
     chosen = np.unique(np.round(np.linspace(0, tl.num_workers - 1, min(lanes, tl.num_workers))).astype(int))
     rows = []
+    kinds = task_types.registered()
     for w in chosen.tolist():
         mine = tl.worker == w
-        occ = [_occupancy(tl.start[mine & (tl.type == t)], tl.end[mine & (tl.type == t)], edges)
-               for t in TaskType]
+        occ = [_occupancy(tl.start[mine & (tl.type == k.code)], tl.end[mine & (tl.type == k.code)], edges)
+               for k in kinds]
         occ.append(_occupancy(tl.fetch[mine], tl.start[mine], edges))
-        occ = np.stack(occ, axis=1) / width            # [bins][5]: share of each bin
+        occ = np.stack(occ, axis=1) / width            # [bins][types + 1]: share of each bin
         row = Text(f"{names[w][:7]:<8}")
         for b in range(bins):
             if occ[b].sum() < 0.25:
                 row.append(" ")
             else:
                 k = int(np.argmax(occ[b]))
-                row.append(*(("·", "dim") if k == 4 else (TYPE_LETTERS[k], TYPE_COLORS[k])))
+                row.append(*(("·", "dim") if k == len(kinds) else (kinds[k].letter, kinds[k].color)))
         rows.append(row)
     return rows, len(chosen)
 
@@ -344,11 +346,11 @@ def render(timeline: Timeline, width: int = 80, lanes: int = 16):
     table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
     for col in ("type", "tasks", "busy share", "busy us", "wait us", "mean wait"):
         table.add_column(col, justify="left" if col == "type" else "right")
-    for t in TaskType:
-        n = s["tasks"][t.name]
-        wait = s["wait_by_type_us"][t.name]
-        table.add_row(Text(t.name, style=TYPE_COLORS[t]), str(n), f"{s['busy_share'][t.name]:.1%}",
-                      f"{s['busy_us'][t.name]:.1f}", f"{wait:.1f}", f"{wait / n:.2f}" if n else "-")
+    for kind in task_types.registered():
+        n = s["tasks"][kind.name]
+        wait = s["wait_by_type_us"][kind.name]
+        table.add_row(Text(kind.name, style=kind.color), str(n), f"{s['busy_share'][kind.name]:.1%}",
+                      f"{s['busy_us'][kind.name]:.1f}", f"{wait:.1f}", f"{wait / n:.2f}" if n else "-")
     return Group(
         Panel(Group(*strip), title=f"running tasks by type: {title}", title_align="left",
               subtitle=f"shade = avg running / {peak:.1f}", width=width),

@@ -19,13 +19,13 @@ import weakref
 
 import numpy as np
 
-from . import abi, tuning, weights, workspace
+from . import abi, task_types, tuning, weights, workspace
 from . import mapping as mapping_mod
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
                     cupy_module, module)
 from .spec import LayerSpec
 from .task_sizes import build_graph
-from .tasks import COUNTER_STRIDE, TaskGraph, TaskParams, TaskType
+from .tasks import COUNTER_STRIDE, NO_COUNTER, TaskGraph, TaskParams, TaskType
 from .call_checks import default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError
 
@@ -58,14 +58,14 @@ def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph
     """The graph and ticket order once U is ready: the filter tasks (the first ids) are gone,
     the GEMMs no longer wait for them, and the remaining tickets keep their relative order."""
     n_f = graph.layout.num_filter_tasks
-    records = graph.records[n_f:].copy()
-    wait_a, need_a = 3, 4
-    gemm = records[:, 0] == int(TaskType.GEMM)
-    records[gemm, wait_a] = -1
-    records[gemm, need_a] = 0
+    kept_graph = TaskGraph(graph.layout, np.array(graph.records[n_f:], dtype=np.int32))   # a copy
+    records = kept_graph.typed_records
+    gemm = records["type"] == int(TaskType.GEMM)
+    records["wait_a"][gemm] = NO_COUNTER
+    records["need_a"][gemm] = 0
     order = np.asarray(order)
     kept = order[order >= n_f] - n_f
-    return TaskGraph(graph.layout, np.ascontiguousarray(records, dtype=np.int32)), kept.astype(np.int32)
+    return kept_graph, kept.astype(np.int32)
 
 
 class _Variant:
@@ -95,7 +95,8 @@ class _Workspace:
         self.M = workspace.alloc(lay.m_shape, np.float32)
         self.counters = workspace.alloc((lay.num_counters * COUNTER_STRIDE,), np.uint32)
         self.state = workspace.alloc((abi.STATE_WORDS,), np.int32)
-        self.trace = workspace.alloc((plan.graph.num_tasks, 4), np.int64) if plan.traced else None
+        self.trace = (workspace.alloc((plan.graph.num_tasks, len(abi.TRACE_FIELDS)), np.int64)
+                      if plan.traced else None)
         self._params = {}
         self.initialize()
 
@@ -157,7 +158,8 @@ class Plan:
             self._mega = mod.get_function("mw_megakernel")
             self.blocks_per_sm = blocks_per_sm(self._mega)
         else:
-            self._kernels = {t: mod.get_function(f"mw_{t.name.lower()}_kernel") for t in TaskType}
+            self._kernels = {kind.code: mod.get_function(kind.kernel_name)
+                             for kind in task_types.registered() if kind.on_device}
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
         # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
@@ -182,11 +184,11 @@ class Plan:
         self._lock = threading.RLock()
         # Task ids of one type are contiguous: (first id, count) per type.
         self._type_range = {}
-        for t in TaskType:
-            ids = np.flatnonzero(self.graph.types == int(t))
-            self._type_range[t] = (int(ids[0]) if ids.size else 0, int(ids.size))
+        for kind in task_types.registered():
+            ids = np.flatnonzero(self.graph.types == kind.code)
+            self._type_range[kind.code] = (int(ids[0]) if ids.size else 0, int(ids.size))
             if ids.size and not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
-                raise RuntimeError(f"task ids of type {t.name} are not contiguous")
+                raise RuntimeError(f"task ids of type {kind.name} are not contiguous")
         _LIVE_PLANS.add(self)
 
     # ---- buffers -------------------------------------------------------
@@ -266,23 +268,23 @@ class Plan:
             pbuf = ws.params(self, variant, U)
             if self.algo == "megakernel":
                 grid = max(1, min(variant.num_tasks, self.workers))
-                self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out))
-                self._status.record(ws.state, id(ws), stream, capturing, variant.describe)
+                report = self._status.claim(id(ws), capturing, variant.describe)
+                self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out, np.uint64(report)))
             else:
-                if not prepared:
-                    self._launch(pbuf, TaskType.FILTER, w)
-                self._launch(pbuf, TaskType.INPUT, x)
-                self._launch(pbuf, TaskType.GEMM)
-                self._launch(pbuf, TaskType.OUTPUT, out)
+                arrays = {"w": w, "x": x, "y": out}
+                for kind in task_types.registered():
+                    if kind.on_device and not (prepared and kind.code == TaskType.FILTER):
+                        self._launch(pbuf, kind.code, arrays.get(kind.kernel_array))
             if entry is not None and not entry.ready and not capturing:
                 entry.mark_ready(stream)
         return out
 
-    def _launch(self, pbuf, task_type: TaskType, array=None) -> None:
-        first, count = self._type_range[task_type]
+    def _launch(self, pbuf, task_type: int, array=None) -> None:
+        first, count = self._type_range[int(task_type)]
         if count:
-            args = (pbuf,) + (() if task_type == TaskType.GEMM else (array,)) + (np.int32(first),)
-            self._kernels[task_type]((count,), (BLOCK_THREADS,), args)
+            takes_array = task_types.info(task_type).kernel_array is not None
+            args = (pbuf,) + ((array,) if takes_array else ()) + (np.int32(first),)
+            self._kernels[int(task_type)]((count,), (BLOCK_THREADS,), args)
 
     def launch_stage(self, task_type: TaskType, array=None) -> None:
         """Non-fused path: launch one stage's kernel (one block per task) on the current
@@ -290,7 +292,7 @@ class Plan:
         if self.algo != "nonfused":
             raise RuntimeError("launch_stage needs algo='nonfused'")
         ws = self.workspace()
-        self._launch(ws.params(self, self._full, ws.U), TaskType(task_type), array)
+        self._launch(ws.params(self, self._full, ws.U), task_types.info(task_type).code, array)
 
     def _raise_reports(self, done_only: bool) -> None:
         if self.algo != "megakernel":
@@ -319,8 +321,8 @@ class Plan:
         cupy.cuda.Device(self.device).synchronize()
 
     def trace(self) -> np.ndarray:
-        """int64 [tickets][4]: SM id, fetch time, start time after the wait, end time (ns,
-        %globaltimer) of the current stream's last launch."""
+        """int64 [tickets][4], the fields of ``abi.TRACE_FIELDS``: SM id, fetch time, start time
+        after the wait, end time (ns, %globaltimer) of the current stream's last launch."""
         if not self.traced:
             raise RuntimeError("this plan was made without trace=True")
         return self.workspace().trace.get()

@@ -6,8 +6,9 @@
 * :class:`PinnedArena`: host data reaches the device through pinned staging memory, taken
   before any capture, and an asynchronous copy on the current stream (neither a pageable copy
   nor a pinned allocation is allowed under capture; a captured graph replays the copy).
-* :class:`StatusRing`: after each megakernel launch the scheduler's status line is copied into
-  a pinned host slot, so the host learns which launch fired its watchdog without waiting.
+* :class:`StatusRing`: each megakernel launch writes the scheduler's status line into a pinned
+  host slot of its own at its end, so the host learns which launch fired its watchdog without
+  waiting and without a copy in the stream.
 
 Nothing here touches CUDA at import time.
 """
@@ -22,7 +23,6 @@ from . import abi
 from .nvrtc import cupy_module
 
 _MEMCPY_HOST_TO_DEVICE = 1
-_MEMCPY_DEVICE_TO_HOST = 2
 
 _allocator = None
 _allocator_lock = threading.Lock()
@@ -117,12 +117,12 @@ class WatchdogError(RuntimeError):
 
 
 class StatusRing:
-    """Pinned host slots, one per launch in flight, each receiving a copy of the status line of
-    the workspace that launch used.
+    """Pinned host slots, one per launch in flight; the launch's last block writes the status line
+    of the workspace it used into its slot.
 
-    A slot reads ``-1`` in its FIRED word until its copy lands; a workspace's FIRED grows by one
+    A slot reads ``-1`` in its FIRED word until the launch has written it; a workspace's FIRED grows by one
     for every launch that fired, so comparing it with the last value seen names the launch that
-    fired.  Launches made during stream capture copy into a slot of their own that is read at
+    fired.  Launches made during stream capture write into a slot of their own that is read at
     every synchronising check (each replay overwrites it).
     """
 
@@ -136,6 +136,10 @@ class StatusRing:
         self._slots = np.frombuffer(self._pinned, np.int32, self.SLOTS * self.WORDS).reshape(
             self.SLOTS, self.WORDS)
         self._slots[:] = -1
+        # The kernels write the slots through the device's address of this pinned memory.
+        get_device_pointer = getattr(cupy.cuda.runtime, "hostGetDevicePointer", None)
+        self._device_base = (int(get_device_pointer(self._pinned.ptr, 0)) if get_device_pointer
+                             else int(self._pinned.ptr))
         self._next = 0
         self._pending = collections.deque()      # (launch number, slot, workspace key, describe)
         self._captured = {}                      # slot -> (launch number, workspace key, describe)
@@ -143,9 +147,9 @@ class StatusRing:
         self._launches = 0
         self._stashed = []                       # reports collected while making room
 
-    def record(self, state, key, stream_ptr: int, capturing: bool, describe=str) -> None:
-        """After a launch on ``stream_ptr`` with the state words ``state`` of workspace ``key``:
-        queue the copy of its status line.  ``describe(task id)`` names a task of that launch."""
+    def claim(self, key, capturing: bool, describe=str) -> int:
+        """The pinned slot the next launch (of workspace ``key``) writes its status line into, as
+        an address the kernel takes; ``describe(task id)`` names a task of that launch."""
         cupy = cupy_module()
         self._launches += 1
         if capturing and len(self._captured) >= self.SLOTS // 2:
@@ -156,13 +160,11 @@ class StatusRing:
             self._stashed += self.collect(done_only=True)
         slot = self._free_slot()
         self._slots[slot, self.FIRED] = -1
-        status_ptr = state.data.ptr + abi.state_offset("STATUS") * state.itemsize
-        cupy.cuda.runtime.memcpyAsync(self._pinned.ptr + slot * self.WORDS * 4, status_ptr,
-                                      self.WORDS * 4, _MEMCPY_DEVICE_TO_HOST, stream_ptr)
         if capturing:
             self._captured[slot] = (self._launches, key, describe)
         else:
             self._pending.append((self._launches, slot, key, describe))
+        return self._device_base + slot * self.WORDS * 4
 
     def _free_slot(self) -> int:
         busy = {entry[1] for entry in self._pending} | set(self._captured)

@@ -174,3 +174,15 @@ def test_plan_cache_is_bounded(monkeypatch):
     assert len(runtime.PLANS) == 2
     runtime.clear_cache()
     assert len(runtime.PLANS) == 0
+
+
+def test_a_plan_refuses_a_device_other_than_its_own():
+    import megawino
+    spec = LayerSpec(1, 8, 8, 10, 10)
+    _, _, xd, wd = _case(spec, 11)
+    for algo in ALGOS:
+        p = megawino.plan(spec, algo=algo)
+        p(xd, wd)
+        p.device = p.device + 1                   # as if the plan had been made on another GPU
+        with pytest.raises(ValueError, match="made on device"):
+            p(xd, wd)

@@ -122,10 +122,10 @@ def test_lane_channels_matches_the_cuda_lane_maps():
     import re
     from megawino.resources import cuda_dir
     from megawino.tasks import LANE_CHANNELS
-    src = (cuda_dir() / "input_transform.cuh").read_text()
-    assert int(re.search(r"#define MW_IN_CW (\d+)", src).group(1)) == LANE_CHANNELS
-    mega = (cuda_dir() / "megakernel.cu").read_text()
-    assert re.search(rf"output_transform_task_cpt2s<MW_M, MW_NHWC != 0, {LANE_CHANNELS},", mega)
+    src = (cuda_dir() / "generated_tasks.cuh").read_text()
+    assert int(re.search(r"constexpr int LANE_CHANNELS = (\d+);", src).group(1)) == LANE_CHANNELS
+    for header in ("input_transform.cuh", "output_transform.cuh"):
+        assert "LANE_CHANNELS" in (cuda_dir() / header).read_text()
 
 
 def test_transform_tile_slices_cover_each_group_once():

@@ -53,7 +53,7 @@ class FakeRuntime:
         nchw(out).copy_(F.conv2d(nchw(x), w, None, stride, padding))
         return out
 
-    def choose_algo(self, spec, gemm_math):
+    def choose_algo(self, spec, gemm_math, prepared_weights=False):
         self.chosen.append(spec)
         return self.best
 

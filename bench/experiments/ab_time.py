@@ -1,11 +1,11 @@
 """Megakernel time of every suite layer with the runtime's own choice of task sizes and
 mapping (the tuned table), one JSON line per layer: the unit of an A/B between two source
 trees, run alternately from each (old, new, old, new) in one device call by
-``bench/ab_trees.sh``; ``--summary FILE`` then prints, per layer, the best time of each tag and
+``bench/experiments/ab_trees.sh``; ``--summary FILE`` then prints, per layer, the best time of each tag and
 their ratio, and the geomean (CPU).  GPU only for the timing::
 
-    PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/ab_time.py [--layers a,b] [--tag new]
-    python3 bench/ab_time.py --summary ab.jsonl
+    PYTHONPATH=$PWD python3 bench/experiments/ab_time.py [--layers a,b] [--tag new]
+    python3 bench/experiments/ab_time.py --summary ab.jsonl
 """
 import argparse
 import collections

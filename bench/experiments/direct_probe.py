@@ -1,7 +1,7 @@
 """Direct configs x flush chunk sizes on one layer: time and rel. error against float64
-(the measurement behind bench/NOTES.md 26).  GPU only::
+(the measurement behind docs/experiments.md 26).  GPU only::
 
-    PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/direct_probe.py alexnet.conv2 \
+    PYTHONPATH=$PWD python3 bench/experiments/direct_probe.py alexnet.conv2 \
         --top 16 --flush 512,256,0
 """
 import argparse

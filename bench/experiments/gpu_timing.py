@@ -1,7 +1,7 @@
 """Timing table of the 18 'winograd' suite layers (batch 64 by default): megakernel
 vs own non-fused path, and the GEMM stage alone (the non-fused GEMM kernel).
 
-    PYTHONPATH=$PWD MEGAWINO_SUITE=... python3 bench/gpu_timing.py [--batch 64] [--reps 20]
+    PYTHONPATH=$PWD python3 bench/experiments/gpu_timing.py [--batch 64] [--reps 20]
 
 Median of CUDA-event timings after warm-up; random normal inputs; accuracy of the
 megakernel checked against cuDNN float32 (TF32 off) through PyTorch when present.

@@ -1,7 +1,7 @@
 """Megakernel time over a grid of DIG / DGO / M, with the default and the tuned task sizes
-(the measurement behind bench/NOTES.md 26: is the tuner missing a mapping?).  GPU only::
+(the measurement behind docs/experiments.md 26: is the tuner missing a mapping?).  GPU only::
 
-    PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/mapping_probe.py \
+    PYTHONPATH=$PWD python3 bench/experiments/mapping_probe.py \
         resnet50.conv2_x,vgg16.conv1_2 --dig 16,66,264 --dgo 33,264 --m 1,4
 """
 import argparse

@@ -1,12 +1,12 @@
-"""Stage-level A/B harness for the CUDA transforms and GEMM (bench/NOTES.md experiments 4-5).
+"""Stage-level A/B harness for the CUDA transforms and GEMM (docs/experiments.md experiments 4-5).
 
 Compiles cuda/nonfused.cu and cuda/megakernel.cu with extra -D options (variants), launches
 their kernels on a normal Plan's parameter block, checks bitwise equality of V / M / y against
 the first variant, and times each stage (median of CUDA events).
 
-    PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/profile_stages.py variants \
+    PYTHONPATH=$PWD python3 bench/experiments/profile_stages.py variants \
         --layers vgg16.conv1_2,resnet50.conv4 --variants "-DMW_IN_CPT=1 -DMW_OUT_CPT=1;" --json $OUT/v.json
-    ncu ... python3 bench/profile_stages.py ncu --layers vgg16.conv1_2 --batch 16 --variants "..."
+    ncu ... python3 bench/experiments/profile_stages.py ncu --layers vgg16.conv1_2 --batch 16 --variants "..."
 
 A variant is -D options plus optional task-parameter tokens (gk=N: gemm_k_per_task, tpg=N:
 tiles_per_group), e.g. "-DMW_GEMM_MIN_BLOCKS=1 gk=64".  The megakernel of a variant runs with

@@ -1,10 +1,10 @@
-"""Megakernel time with and without tile-split transform tasks (bench/NOTES.md 32): for each
+"""Megakernel time with and without tile-split transform tasks (docs/experiments.md 32): for each
 layer the tuned table's entry as it is and with default_params' split rule applied to its
 transform tasks, and the heuristic without and with the split.  Configurations are measured
 in alternating rounds (A B C D, A B C D, ...) and each keeps its best round's median, so a
 slow drift of the GPU's clock does not favour one of them.  GPU only::
 
-    PYTHONPATH=$PWD MEGAWINO_SUITE=.mwdata/layers.json python3 bench/split_probe.py \
+    PYTHONPATH=$PWD python3 bench/experiments/split_probe.py \
         [--layers a,b] [--rounds 2] [--json PATH]
 """
 import argparse

@@ -1,7 +1,7 @@
 """What tracing costs: the megakernel with and without ``trace=True`` (same task
 parameters and mapping), median CUDA-event times with rotated inputs.
 
-``python bench/trace_overhead.py [--layers a,b] [--batch 64] [--json PATH]``
+``python bench/experiments/trace_overhead.py [--layers a,b] [--batch 64] [--json PATH]``
 """
 import argparse
 import json

@@ -15,17 +15,13 @@ from .common import DEFAULT_LAYER_BATCH, non_negative_int, positive_int, resolve
 # the simulator take one Python step per ticket (the largest suite layer has about 31,000).
 MAX_TASKS = 1_000_000
 STRIP_LINES = 6               # the mapping strip: at most this many lines of the terminal
-TYPE_LETTERS = "FIGO"
-TYPE_COLORS = ("magenta", "cyan", "green", "blue")   # as in megawino.timeline
 
 
 def _type_style():
-    """(letters, colours) per TaskType, from the timeline module when it is there."""
-    try:
-        from ..timeline import TYPE_COLORS as colors, TYPE_LETTERS as letters
-        return letters, colors
-    except ImportError:
-        return TYPE_LETTERS, TYPE_COLORS
+    """(letters, colours) indexed by task type code, from the task-type registry."""
+    from .. import task_types
+    return (task_types.by_code(lambda kind: kind.letter, "?"),
+            task_types.by_code(lambda kind: kind.color, "default"))
 
 
 def _add_mapping_options(p: argparse.ArgumentParser) -> None:
@@ -114,10 +110,10 @@ def _strip_lines(types, width: int, max_lines: int = STRIP_LINES):
 
 
 def _legend() -> Text:
-    letters, colors = _type_style()
+    from .. import task_types
     text = Text()
-    for letter, name, color in zip(letters, ("filter", "input", "GEMM", "output"), colors):
-        text.append(letter, style=f"bold {color}").append(f" {name}  ")
+    for kind in task_types.registered():
+        text.append(kind.letter, style=f"bold {kind.color}").append(f" {kind.label}  ")
     return text
 
 

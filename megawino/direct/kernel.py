@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 
+from .. import abi
 from ..nvrtc import as_cupy
 from ..resources import cuda_dir, source_hash
 from ..spec import LayerSpec
@@ -222,12 +223,19 @@ def vector_x(spec: LayerSpec, x_ptr: int) -> bool:
 def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
     M = spec.N * spec.out_h * spec.out_w
     crs = spec.C * spec.R * spec.S
-    i32 = np.int32
     grid = (-(-M // cfg.BM), -(-spec.K // cfg.BN), 1)
-    args = (x, wt, table, y, i32(spec.C), i32(spec.H), i32(spec.W), i32(spec.K), i32(spec.R), i32(spec.S),
-            i32(spec.out_h), i32(spec.out_w), i32(M), i32(spec.stride), i32(spec.padding),
-            i32(-(-crs // cfg.BK)), i32(wt.shape[1]), i32(vector_x(spec, int(x.data.ptr))))
-    kern(grid, (cfg.threads, 1, 1), args)
+    values = {"x": x, "wt": wt, "table": table, "y": y, "C": spec.C, "H": spec.H, "W": spec.W,
+              "K": spec.K, "R": spec.R, "S": spec.S, "OH": spec.out_h, "OW": spec.out_w, "M": M,
+              "stride": spec.stride, "pad": spec.padding, "ktiles": -(-crs // cfg.BK),
+              "ldw": wt.shape[1], "vec_x": vector_x(spec, int(x.data.ptr))}
+    kern(grid, (cfg.threads, 1, 1), kernel_args(values))
+
+
+def kernel_args(values: dict) -> tuple:
+    """The direct kernel's arguments in ``abi.DIRECT_KERNEL_ARGS`` order: arrays as they are,
+    every int as numpy.int32."""
+    return tuple(values[name] if c_type != "int" else np.int32(values[name])
+                 for name, c_type in abi.DIRECT_KERNEL_ARGS)
 
 
 @functools.lru_cache(maxsize=None)

@@ -114,25 +114,34 @@ def _gpu():
     return cupy, runtime
 
 
+@functools.cache
+def _conv_flags():
+    """torch's per-operator cuDNN convolution flags where it has them (mixing them with the
+    legacy ``allow_tf32`` is an error), else None."""
+    flags = getattr(torch.backends.cudnn, "conv", None)
+    return flags if flags is not None and hasattr(flags, "fp32_precision") else None
+
+
+def convolutions_are_ieee() -> bool:
+    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32)."""
+    flags = _conv_flags()
+    return flags.fp32_precision == "ieee" if flags is not None else not torch.backends.cudnn.allow_tf32
+
+
 @contextlib.contextmanager
 def ieee_fp32_convolutions():
-    """cuDNN convolutions in IEEE fp32 (no TF32) inside, the user's setting restored after;
-    through the per-operator flag where torch has it (mixing it with the legacy one is an error)."""
-    conv_flags = getattr(torch.backends.cudnn, "conv", None)
-    if conv_flags is not None and hasattr(conv_flags, "fp32_precision"):
-        saved = conv_flags.fp32_precision
-        conv_flags.fp32_precision = "ieee"
-        try:
-            yield
-        finally:
-            conv_flags.fp32_precision = saved
-    else:
-        saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = False
-        try:
-            yield
-        finally:
-            torch.backends.cudnn.allow_tf32 = saved
+    """cuDNN convolutions in IEEE fp32 (no TF32) inside, the user's setting restored after."""
+    if convolutions_are_ieee():
+        yield
+        return
+    flags = _conv_flags()
+    owner, name = (flags, "fp32_precision") if flags is not None else (torch.backends.cudnn, "allow_tf32")
+    saved = getattr(owner, name)
+    setattr(owner, name, "ieee" if flags is not None else False)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
 
 
 class _Layer(NamedTuple):
@@ -256,6 +265,7 @@ def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:
     ours = [name for name in layer.candidates if name != "pytorch"]
     if not ours:
         return "pytorch"
-    best = runtime.choose_algo(layer.spec, gemm_math) if layer.spec.winograd_eligible else ours[0]
+    best = (runtime.choose_algo(layer.spec, gemm_math, prepared_weights=True)
+            if layer.spec.winograd_eligible else ours[0])
     return runtime.choose_fastest(layer.choice_key, {best: functools.partial(run, best),
                                                      "pytorch": functools.partial(run, "pytorch")})

@@ -1,0 +1,73 @@
+"""Render the README's result tables from the committed result files, so no figure is typed by
+hand: the suite status (``bench/results/h100.json`` of bench/compare.py) and the whole models
+(``bench/results/h100-models.json`` of bench/models.py).
+
+    python3 bench/readme_tables.py status [PATH]
+    python3 bench/readme_tables.py models [PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODEL_NAMES = {"resnet50": "ResNet-50", "vgg16": "VGG-16", "densenet161": "DenseNet-161",
+               "yolov3": "YOLOv3-style"}
+
+
+def status_table(data: dict) -> str:
+    lines = ["| layer | megakernel ms | non-fused ms | cuDNN via PyTorch ms | best cuDNN fp32 ms (algorithm) "
+             "| ×PyTorch | ×best | GEMM TFLOP/s (cuBLAS SGEMM) |", "|---|---|---|---|---|---|---|---|"]
+    for layer in data["layers"]:
+        d, b = layer["derived"], layer["backends"]
+        source = d["cudnn_best_any_from"].replace("cudnn_legacy_", "").replace("cudnn_nchw", "PyTorch NCHW") \
+            .replace("cudnn_nhwc", "PyTorch NHWC")
+        lines.append(f"| {layer['name']} | {d['ours_us'] / 1e3:.3f} | {b['nonfused']['median_us'] / 1e3:.3f} "
+                     f"| {d['cudnn_best_us'] / 1e3:.3f} | {d['cudnn_best_any_us'] / 1e3:.3f} ({source}) "
+                     f"| {d['ratio_cudnn_best_over_ours']:.2f} | {d['ratio_cudnn_best_any_over_ours']:.2f} "
+                     f"| {d['gemm_tflops_ours']:.1f} ({d['gemm_tflops_cublas']:.1f}) |")
+    s = data["summary"]
+    lines.append("")
+    lines.append(f"Geomean of cuDNN time / megakernel time: {s['geomean_cudnn_best_over_megakernel']:.2f} against "
+                 f"PyTorch's cuDNN choice, **{s['geomean_cudnn_best_any_over_megakernel']:.3f}** against the best "
+                 f"of every cuDNN float32 algorithm; megakernel over the own non-fused path "
+                 f"{s['geomean_nonfused_over_megakernel']:.3f} (geomean); GEMM stage at a median "
+                 f"{s['median_gemm_efficiency_vs_cublas']:.2f} of cuBLAS SGEMM; max rel. error vs cuDNN "
+                 f"{s['max_rel_err_vs_cudnn']:.1e} ({data.get('date', '')}).")
+    return "\n".join(lines)
+
+
+def models_table(data: dict) -> str:
+    lines = ["| model | batch | PyTorch fp32 ms | PyTorch TF32 ms | megawino ms | ×fp32 | ×TF32 "
+             "| rel. L2 vs float64 (fp32 / TF32 / megawino) | top-1 | layers on megawino |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in data["rows"]:
+        name = MODEL_NAMES.get(row["model"], row["model"])
+        if "error" in row and "megawino_ms" not in row:
+            lines.append(f"| {name} | {row['batch']} | failed: {row['error']} | | | | | | | |")
+            continue
+        err = row["rel_l2"]
+        top1 = row.get("top1", {}).get("megawino")
+        algos = row.get("algos", {})
+        ours = sum(v for k, v in algos.items() if k in ("megakernel", "nonfused", "direct"))
+        lines.append(f"| {name} | {row['batch']} | {row['pytorch_fp32_ms']:.2f} | {row['pytorch_tf32_ms']:.2f} "
+                     f"| {row['megawino_ms']:.2f} | {row['speedup_vs_fp32']:.3f} | {row['speedup_vs_tf32']:.3f} "
+                     f"| {err['pytorch_fp32']:.1e} / {err['pytorch_tf32']:.1e} / {err['megawino']:.1e} "
+                     f"| {'' if top1 is None else f'{top1 * 100:.0f}%'} | {ours} of {sum(algos.values())} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("table", choices=("status", "models"))
+    parser.add_argument("path", nargs="?", help="results file (default: the committed one)")
+    args = parser.parse_args(argv)
+    default = RESULTS / ("h100.json" if args.table == "status" else "h100-models.json")
+    data = json.loads(Path(args.path or default).read_text())
+    print(status_table(data) if args.table == "status" else models_table(data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+// Inline-PTX wrappers: every asm statement of the kernels lives here.
+#pragma once
+
+namespace mw {
+
+// Shared-memory address of a generic pointer, as the .shared instructions take it.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy that bypasses L1 (.cg); !valid reads nothing and zero-fills.
+__device__ __forceinline__ void cp_async_cg16(float* smem, const float* gmem, bool valid) {
+  const unsigned s = smem_addr(smem);
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
+               : "memory");
+}
+// 4-byte global -> shared copy through L1 (.ca: gathers reuse neighbouring words); !valid zero-fills.
+__device__ __forceinline__ void cp_async_ca4(float* smem, const float* gmem, bool valid) {
+  const unsigned s = smem_addr(smem);
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most PENDING commit groups of this thread are in flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// d += a (16 x 8, row) * b (8 x 8, col) on the tensor cores.  Not volatile: the MMA is a pure
+// function of its operands, so the compiler may interleave independent MMAs.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// d = a * b (the accumulator input is zero).
+__device__ __forceinline__ void mma_tf32_zero(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+// %tid.x through volatile asm: unlike threadIdx.x, NVVM cannot hoist what is derived from it out
+// of the megakernel's ticket loop, where it would stay live (and spill) through other tasks.
+__device__ __forceinline__ int thread_index() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return static_cast<int>(t);
+}
+
+// A store ptxas knows is global, so it may move shared-memory loads ahead of it (a generic
+// store might alias them).
+__device__ __forceinline__ void st_global(float* ptr, float v) {
+  asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
+}
+
+// Shared-memory store / load the compiler can neither forward through a register nor drop,
+// so a value parked in shared memory really leaves the registers.
+__device__ __forceinline__ void sts_f32(unsigned a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v));
+}
+__device__ __forceinline__ float lds_f32(unsigned a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+
+// Hides four values from the optimizer, so that arithmetic on them is not hoisted out of a loop
+// (where it would hold registers across the loop body).
+__device__ __forceinline__ void opaque(int& a, int& b, int& c, int& d) {
+  asm volatile("" : "+r"(a), "+r"(b), "+r"(c), "+r"(d));
+}
+
+// Scheduler memory operations: the counter protocol is acquire / release at GPU scope.
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_gpu_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<long long>(t);
+}
+
+__device__ __forceinline__ int sm_id() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return static_cast<int>(s);
+}
+
+}  // namespace mw
