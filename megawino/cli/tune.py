@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
                                                                  "simulation ranks them (6)")
     p.add_argument("--reps", type=positive_int, default=10, help="timed runs per candidate (10)")
     p.add_argument("--out", metavar="PATH", default=None,
-                   help="table to write (default mapping/<gpu>.json, or $MEGAWINO_MAPPING)")
+                   help="table to write (default: the user's tuned table, <cache>/<gpu>.json)")
     p.set_defaults(func=cmd_tune)
 
 
