@@ -42,6 +42,7 @@ MODELS = {
     "densenet161": ((16,), 224, True),
     "yolov3": ((1, 16), 416, False),
 }
+ROUNDS = 4                # alternating timing rounds of the three variants
 INPUT_SETS = 3            # inputs rotated among, so no forward reuses its predecessor's input
 OVERHEAD_SHAPE = (1, 16, 16, 8, 8)    # N, C, K, H, W of the tiny 3x3 layer of the overhead rows
 
@@ -89,8 +90,8 @@ def top1_agreement(outputs: list, references: list) -> float:
     return float((out.argmax(1) == ref.argmax(1)).double().mean())
 
 
-def time_forward(model, inputs: list, reps: int, warmup: int = 3) -> float:
-    """Median ms of ``reps`` forwards (CUDA events around each, inputs rotated)."""
+def time_forwards(model, inputs: list, reps: int, warmup: int = 2) -> list[float]:
+    """ms of each of ``reps`` forwards (CUDA events around each, inputs rotated)."""
     import torch
     for i in range(warmup):
         model(inputs[i % len(inputs)])
@@ -101,7 +102,7 @@ def time_forward(model, inputs: list, reps: int, warmup: int = 3) -> float:
         model(inputs[i % len(inputs)])
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return [start.elapsed_time(end) for start, end in events]
 
 
 def bench_model(name: str, batch: int, reps: int, seed: int) -> dict:
@@ -122,24 +123,31 @@ def bench_model(name: str, batch: int, reps: int, seed: int) -> dict:
         del reference_model
         free_gpu_memory()
 
-        def measure(label: str, net) -> None:
-            row[f"{label}_ms"] = time_forward(net, inputs, reps)
+        converted = copy.deepcopy(model)
+        set_fp32_precision("ieee")
+        start = time.perf_counter()
+        mwt.convert(converted, example_input=inputs[0], verbose=False)    # choices made here
+        megawino.synchronize()
+        row["first_call_s"] = time.perf_counter() - start
+        variants = {"pytorch_fp32": (model, "ieee"), "pytorch_tf32": (model, "tf32"),
+                    "megawino": (converted, "ieee")}
+        # Rounds alternate the variants, so a drift of the machine (host-bound forwards at small
+        # batches move by 2x within one process) hits each alike; the medians decide.
+        samples = {label: [] for label in variants}
+        for _ in range(ROUNDS):
+            for label, (net, precision) in variants.items():
+                set_fp32_precision(precision)
+                samples[label] += time_forwards(net, inputs, max(3, reps // ROUNDS))
+        for label, (net, precision) in variants.items():
+            set_fp32_precision(precision)
+            row[f"{label}_ms"] = statistics.median(samples[label])
             outputs = flat_outputs(net(inputs[0]))
             row.setdefault("rel_l2", {})[label] = rel_l2(outputs, references)
             if classification:
                 row.setdefault("top1", {})[label] = top1_agreement(outputs, references)
-
         set_fp32_precision("ieee")
-        measure("pytorch_fp32", model)
-        set_fp32_precision("tf32")
-        measure("pytorch_tf32", model)
-        set_fp32_precision("ieee")
-        start = time.perf_counter()
-        mwt.convert(model, example_input=inputs[0], verbose=False)    # in place: choices made here
         megawino.synchronize()
-        row["first_call_s"] = time.perf_counter() - start
-        measure("megawino", model)
-        megawino.synchronize()
+        model = converted
     report = mwt.report(model)
     row["algos"] = dict(collections.Counter(r.algo if r.replaced else "left alone" for r in report.rows))
     row["layers"] = [{"name": r.name, "shape": r.shape, "input": r.input_shape, "algo": r.algo,
