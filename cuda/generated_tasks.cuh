@@ -21,29 +21,16 @@ constexpr int COUNTER_STRIDE = 32;
 
 // One task record (megawino/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: none.
 struct alignas(16) TaskRecord { int type, group, index, wait_a, need_a, wait_b, need_b, signal; };
-constexpr int REC_TYPE = 0;
-constexpr int REC_GROUP = 1;
-constexpr int REC_INDEX = 2;
-constexpr int REC_WAIT_A = 3;
-constexpr int REC_NEED_A = 4;
-constexpr int REC_WAIT_B = 5;
-constexpr int REC_NEED_B = 6;
-constexpr int REC_SIGNAL = 7;
-constexpr int REC_FIELDS = 8;
+constexpr int REC_TYPE = 0, REC_GROUP = 1, REC_INDEX = 2, REC_WAIT_A = 3, REC_NEED_A = 4, REC_WAIT_B = 5, REC_NEED_B = 6, REC_SIGNAL = 7, REC_FIELDS = 8;
 static_assert(sizeof(TaskRecord) == 32, "TaskRecord: the size of the NumPy dtype");
-#ifndef __CUDACC_RTC__
-static_assert(__builtin_offsetof(TaskRecord, type) == 0 && __builtin_offsetof(TaskRecord, group) == 4 && __builtin_offsetof(TaskRecord, index) == 8 && __builtin_offsetof(TaskRecord, wait_a) == 12 && __builtin_offsetof(TaskRecord, need_a) == 16 && __builtin_offsetof(TaskRecord, wait_b) == 20 && __builtin_offsetof(TaskRecord, need_b) == 24 && __builtin_offsetof(TaskRecord, signal) == 28, "TaskRecord: the field offsets of the NumPy dtype");
-#endif
 
 // One megakernel trace row per ticket (megawino/abi.py TRACE_DTYPE): SM id, times in ns.
 struct alignas(16) TraceRow { long long sm, fetch, start, end; };
-constexpr int TRACE_SM = 0;
-constexpr int TRACE_FETCH = 1;
-constexpr int TRACE_START = 2;
-constexpr int TRACE_END = 3;
-constexpr int TRACE_FIELDS = 4;
+constexpr int TRACE_SM = 0, TRACE_FETCH = 1, TRACE_START = 2, TRACE_END = 3, TRACE_FIELDS = 4;
 static_assert(sizeof(TraceRow) == 32, "TraceRow: the size of the NumPy dtype");
+
 #ifndef __CUDACC_RTC__
+static_assert(__builtin_offsetof(TaskRecord, type) == 0 && __builtin_offsetof(TaskRecord, group) == 4 && __builtin_offsetof(TaskRecord, index) == 8 && __builtin_offsetof(TaskRecord, wait_a) == 12 && __builtin_offsetof(TaskRecord, need_a) == 16 && __builtin_offsetof(TaskRecord, wait_b) == 20 && __builtin_offsetof(TaskRecord, need_b) == 24 && __builtin_offsetof(TaskRecord, signal) == 28, "TaskRecord: the field offsets of the NumPy dtype");
 static_assert(__builtin_offsetof(TraceRow, sm) == 0 && __builtin_offsetof(TraceRow, fetch) == 8 && __builtin_offsetof(TraceRow, start) == 16 && __builtin_offsetof(TraceRow, end) == 24, "TraceRow: the field offsets of the NumPy dtype");
 #endif
 
@@ -86,19 +73,8 @@ struct Params {
 };
 
 // Scheduler state words (megawino/abi.py STATE_LINES), one per 128-byte line.
-constexpr int STATE_HEAD = 0;
-constexpr int STATE_EXIT = 32;
-constexpr int STATE_ABORT = 64;
-constexpr int STATE_BREAK = 96;
-constexpr int STATE_STATUS = 128;
-constexpr int STATUS_FLAG = 0;
-constexpr int STATUS_TICKET = 1;
-constexpr int STATUS_TASK = 2;
-constexpr int STATUS_COUNTER = 3;
-constexpr int STATUS_VALUE = 4;
-constexpr int STATUS_NEED = 5;
-constexpr int STATUS_FIRED = 6;
-constexpr int STATE_WORDS = 160;
+constexpr int STATE_HEAD = 0, STATE_EXIT = 32, STATE_ABORT = 64, STATE_BREAK = 96, STATE_STATUS = 128, STATE_WORDS = 160;
+constexpr int STATUS_FLAG = 0, STATUS_TICKET = 1, STATUS_TASK = 2, STATUS_COUNTER = 3, STATUS_VALUE = 4, STATUS_NEED = 5, STATUS_FIRED = 6;
 
 // Winograd F(m x m, 3 x 3) 1-D transforms from megawino.winograd.transform(m)
 // (default points; coefficients are the nearest float32 of the exact fractions).

@@ -88,18 +88,24 @@ assert len(STATUS_FIELDS) <= COUNTER_STRIDE
 
 def struct_lines(name: str, dtype: np.dtype, c_type: str, prefix: str, doc: str) -> list[str]:
     """A 16-byte-aligned C struct with the fields of ``dtype`` (all ``c_type``), the field
-    indices as ``<prefix>_<FIELD>`` constants, and static_asserts on its size and offsets."""
+    indices as ``<prefix>_<FIELD>`` constants, and a static_assert on its size (the offsets:
+    :func:`offset_asserts`)."""
     lines = [f"// {doc}", f"struct alignas(16) {name} {{ {c_type} {', '.join(dtype.names)}; }};"]
-    lines += [f"constexpr int {prefix}_{field.upper()} = {i};" for i, field in enumerate(dtype.names)]
-    offsets = " && ".join(f"__builtin_offsetof({name}, {field}) == {dtype.fields[field][1]}"
-                          for field in dtype.names)
-    # NVRTC has no offsetof: it checks the size, nvcc (the CPU build test) the offsets too.
-    lines += [f"constexpr int {prefix}_FIELDS = {len(dtype.names)};",
-              f'static_assert(sizeof({name}) == {dtype.itemsize}, "{name}: the size of the NumPy dtype");',
-              "#ifndef __CUDACC_RTC__",
-              f'static_assert({offsets}, "{name}: the field offsets of the NumPy dtype");',
-              "#endif"]
+    indices = ", ".join(f"{prefix}_{field.upper()} = {i}" for i, field in enumerate(dtype.names))
+    lines += [f"constexpr int {indices}, {prefix}_FIELDS = {len(dtype.names)};",
+              f'static_assert(sizeof({name}) == {dtype.itemsize}, "{name}: the size of the NumPy dtype");']
     return lines + [""]
+
+
+def offset_asserts(structs) -> list[str]:
+    """static_asserts on the field offsets of ``(name, dtype)`` structs; NVRTC has no offsetof,
+    so nvcc (the CPU build test) checks them."""
+    lines = ["#ifndef __CUDACC_RTC__"]
+    for name, dtype in structs:
+        offsets = " && ".join(f"__builtin_offsetof({name}, {field}) == {dtype.fields[field][1]}"
+                              for field in dtype.names)
+        lines.append(f'static_assert({offsets}, "{name}: the field offsets of the NumPy dtype");')
+    return lines + ["#endif", ""]
 
 
 def header_lines() -> list[str]:
@@ -109,11 +115,12 @@ def header_lines() -> list[str]:
     lines += struct_lines("TraceRow", TRACE_DTYPE, "long long", "TRACE",
                           "One megakernel trace row per ticket (megawino/abi.py TRACE_DTYPE): SM id, "
                           "times in ns.")
+    lines += offset_asserts((("TaskRecord", TASK_RECORD_DTYPE), ("TraceRow", TRACE_DTYPE)))
     lines += ["// Runtime parameters of one plan (megawino/abi.py PARAM_FIELDS).", "struct Params {"]
     for name, doc in PARAM_FIELDS:
         lines.append(f"  long long {name};" + (f"  // {doc}" if doc else ""))
     lines += ["};", "", "// Scheduler state words (megawino/abi.py STATE_LINES), one per 128-byte line."]
-    lines += [f"constexpr int STATE_{name} = {state_offset(name)};" for name in STATE_LINES]
-    lines += [f"constexpr int STATUS_{name} = {i};" for i, name in enumerate(STATUS_FIELDS)]
-    lines += [f"constexpr int STATE_WORDS = {STATE_WORDS};", ""]
+    lines.append("constexpr int " + ", ".join(f"STATE_{name} = {state_offset(name)}" for name in STATE_LINES)
+                 + f", STATE_WORDS = {STATE_WORDS};")
+    lines += ["constexpr int " + ", ".join(f"STATUS_{name} = {i}" for i, name in enumerate(STATUS_FIELDS)) + ";", ""]
     return lines

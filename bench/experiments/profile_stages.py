@@ -83,7 +83,9 @@ def stage_launcher(plan, mod, ttype, arr=None):
              TaskType.OUTPUT: "output"}
     fn = mod.get_function(f"mw_{names[ttype]}_kernel")
     first, count = plan._type_range[ttype]
-    args = (plan._pbuf,) + (() if ttype == TaskType.GEMM else (arr,)) + (np.int32(first),)
+    workspace = plan.workspace()
+    pbuf = workspace.params(plan, plan._full, workspace.U)
+    args = (pbuf,) + (() if ttype == TaskType.GEMM else (arr,)) + (np.int32(first),)
     return lambda: fn((count,), (nvrtc.BLOCK_THREADS,), args)
 
 
@@ -152,9 +154,11 @@ def main(argv=None):
                 from megawino import tuning
                 mp = tuning.default_mapping_params(nf.layout, sms * bps)
                 mega = megawino.plan(spec, params=params, mapping=mp)
+                mega_workspace = mega.workspace()
+                mega_pbuf = mega_workspace.params(mega, mega._full, mega_workspace.U)
                 grid = max(1, min(mega.graph.num_tasks, sms * bps))
                 ym = cp.full(spec.output_shape, np.nan, dtype=cp.float32)
-                run = lambda: fn((grid,), (nvrtc.BLOCK_THREADS,), (mega._pbuf, x, w, ym))  # noqa: E731
+                run = lambda: fn((grid,), (nvrtc.BLOCK_THREADS,), (mega_pbuf, x, w, ym, np.uint64(0)))  # noqa: E731
                 run()
                 mega.check()
                 row["mega_same_as_nonfused"] = bool(cp.array_equal(ym, y))
