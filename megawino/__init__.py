@@ -20,11 +20,7 @@ __all__ = ["LayerSpec", "parse_shape", "__version__", *_LAZY]
 def __getattr__(name):
     if name in _LAZY:
         import importlib
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        try:
-            return getattr(module, name)
-        except AttributeError:
-            raise AttributeError(f"megawino.{_LAZY[name]} has no {name!r} in this version") from None
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'megawino' has no attribute {name!r}")
 
 

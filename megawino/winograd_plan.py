@@ -348,9 +348,13 @@ def synchronize() -> None:
         raise ValueError("synchronize() cannot run while the stream is captured into a CUDA graph")
     cupy.cuda.Device().synchronize()
     reports = []
+    device = cupy.cuda.runtime.getDevice()
     for plan in list(_LIVE_PLANS):
+        if plan.device != device:
+            continue
         try:
-            plan._raise_reports(done_only=False)
+            with plan._lock:
+                plan._raise_reports(done_only=False)
         except WatchdogError as err:
             reports.append(str(err))
     if reports:
