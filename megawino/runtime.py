@@ -7,8 +7,9 @@
   megawino.algo_choice) and runs a cached plan, asynchronously on CuPy's current stream.
   NumPy inputs run the CPU reference path (megawino.executor.conv2d_cpu).
 * Plans are cached per (device, shape, algorithm, GEMM arithmetic) in a thread-safe LRU of
-  ``MEGAWINO_PLAN_CACHE`` entries (default 512: DenseNet-161 alone has 86 conv shapes);
-  :func:`clear_cache` frees plans and prepared weights.
+  ``MEGAWINO_PLAN_CACHE`` entries (default 512: DenseNet-161 alone has 86 conv shapes), never
+  evicting a plan a captured CUDA graph uses; :func:`clear_cache` frees plans and prepared
+  weights (not while such a graph is still replayed).
 
 Nothing here touches CUDA at import time; CuPy is imported on first use.
 """
@@ -101,8 +102,11 @@ class _PlanCache:
                 with self._lock:
                     self._plans[key] = found
                     limit = _plan_cache_limit()
-                    while len(self._plans) > limit:
-                        self._plans.popitem(last=False)
+                    for old_key in [k for k, p in self._plans.items()
+                                    if not getattr(p, "captured", False) and k != key]:
+                        if len(self._plans) <= limit:
+                            break
+                        del self._plans[old_key]
                     self._making.pop(key, None)
         return found
 

@@ -5,7 +5,8 @@ same.
 A weight token is any hashable value the caller derives from the weight's identity and version
 (``megawino.torch`` uses the storage address, PyTorch's version counter, shape and device), so a
 changed weight arrives under a new token and is prepared again; the old entry ages out of the
-least-recently-used cache, bounded in bytes (``MEGAWINO_WEIGHT_CACHE_MB``, default 4096).
+least-recently-used cache, bounded in bytes (``MEGAWINO_WEIGHT_CACHE_MB``, default 4096); an
+entry a captured CUDA graph reads is never evicted.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class Entry:
     ready: bool = False
     stream: int = 0
     event: object = None
+    pinned: bool = False          # read by a captured CUDA graph: never evicted
+
 
     def mark_ready(self, stream_ptr: int) -> None:
         """Called on the current stream (``stream_ptr``) right after the preparing launch."""
@@ -78,9 +81,10 @@ class WeightCache:
             self._entries[key] = entry
             self._bytes += array.nbytes
             limit = limit_bytes()
-            while self._bytes > limit and len(self._entries) > 1:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.array.nbytes
+            for old_key in [k for k, e in self._entries.items() if not e.pinned and k != key]:
+                if self._bytes <= limit:
+                    break
+                self._bytes -= self._entries.pop(old_key).array.nbytes
         return entry
 
     def clear(self) -> None:

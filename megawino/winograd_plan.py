@@ -181,6 +181,7 @@ class Plan:
         self.pinned = workspace.PinnedArena(64 * params_bytes)
         self._status = workspace.StatusRing() if algo == "megakernel" else None
         self._workspaces: dict[int, _Workspace] = {}
+        self.captured = False          # a CUDA graph holds its workspaces: never evicted
         self._lock = threading.RLock()
         # Task ids of one type are contiguous: (first id, count) per type.
         self._type_range = {}
@@ -253,6 +254,7 @@ class Plan:
             ws = self.workspace()
             stream = workspace.current_stream_ptr()
             capturing = workspace.is_capturing()
+            self.captured = self.captured or capturing
             entry = None
             if weight_token is None:
                 U, prepared = ws.U, False
@@ -260,6 +262,7 @@ class Plan:
                 entry = weights.CACHE.get(("winograd", self.device, weight_token, self.layout.u_shape),
                                           self.layout.u_shape)
                 U, prepared = entry.array, entry.ready and not capturing
+                entry.pinned = entry.pinned or capturing
                 if prepared:
                     entry.wait_on(stream)
             # The non-fused kernels index records by task id: they keep the full graph and only

@@ -140,3 +140,25 @@ def test_gpu_entry_points_without_cupy_say_so_in_one_line(monkeypatch):
         megawino.conv2d(type("GpuLike", (), {"ndim": 4, "shape": x.shape})(),
                         type("GpuLike", (), {"ndim": 4, "shape": w.shape})())
     assert np.allclose(megawino.conv2d(x, w, padding=1), megawino.conv2d_cpu(x, w, padding=1), atol=1e-6)
+
+
+def test_caches_never_evict_what_a_captured_graph_uses(monkeypatch):
+    monkeypatch.setenv("MEGAWINO_PLAN_CACHE", "1")
+    cache = runtime._PlanCache()
+    captured = type("CapturedPlan", (), {"captured": True})()
+    cache.get("graph", lambda: captured)
+    cache.get("a", lambda: "plan a")
+    cache.get("b", lambda: "plan b")
+    assert cache.get("graph", lambda: pytest.fail("the captured plan was evicted")) is captured
+
+    class FakeArray:
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+    monkeypatch.setattr("megawino.workspace.alloc", lambda shape, dtype: FakeArray(600 << 10))
+    monkeypatch.setenv("MEGAWINO_WEIGHT_CACHE_MB", "1")
+    store = weights.WeightCache()
+    pinned = store.get("w0", (1,))
+    pinned.pinned = True
+    store.get("w1", (1,))
+    store.get("w2", (1,))
+    assert len(store) == 2 and store.get("w0", (1,)) is pinned

@@ -58,6 +58,7 @@ class DirectPlan:
         crs = spec.C * spec.R * spec.S
         self.packed_shape = (round_up(crs, config_mod.PACK_ROWS), round_up(spec.K, config_mod.PACK_COLS))
         self._packed = {}                       # stream -> packed matrix for calls without a token
+        self.captured = False                   # a CUDA graph holds its buffers: never evicted
         self._lock = threading.Lock()
         cupy.cuda.get_current_stream().synchronize()
 
@@ -74,6 +75,7 @@ class DirectPlan:
         x, w, out = prepare_call(spec, self.device, x, w, out)
         stream = workspace.current_stream_ptr()
         capturing = workspace.is_capturing()
+        self.captured = self.captured or capturing
         if weight_token is None:
             packed = self._stream_packed(stream)
             pack_into(packed, w, spec.layout)
@@ -81,6 +83,7 @@ class DirectPlan:
             entry = weights.CACHE.get(("direct", self.device, weight_token, spec.layout, self.packed_shape),
                                       self.packed_shape, zero=True)
             packed = entry.array
+            entry.pinned = entry.pinned or capturing
             if entry.ready and not capturing:
                 entry.wait_on(stream)
             else:
