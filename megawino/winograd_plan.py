@@ -272,7 +272,11 @@ class Plan:
             if self.algo == "megakernel":
                 grid = max(1, min(variant.num_tasks, self.workers))
                 report = self._status.claim(id(ws), capturing, variant.describe)
-                self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out, np.uint64(report)))
+                try:
+                    self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out, np.uint64(report)))
+                except BaseException:
+                    self._status.abandon(report)
+                    raise
             else:
                 arrays = {"w": w, "x": x, "y": out}
                 for kind in task_types.registered():

@@ -166,6 +166,12 @@ class StatusRing:
             self._pending.append((self._launches, slot, key, describe))
         return self._device_base + slot * self.WORDS * 4
 
+    def abandon(self, address: int) -> None:
+        """Forget the slot of a launch that never started (its launch call raised)."""
+        slot = (address - self._device_base) // (self.WORDS * 4)
+        self._captured.pop(slot, None)
+        self._pending = collections.deque(e for e in self._pending if e[1] != slot)
+
     def _free_slot(self) -> int:
         busy = {entry[1] for entry in self._pending} | set(self._captured)
         for _ in range(self.SLOTS):
