@@ -166,6 +166,7 @@ def host_overhead(calls: int) -> list[dict]:
     import megawino
     import megawino.torch as mwt
     from megawino import runtime
+    from megawino.timing import host_time_per_call
     from megawino.torch.gpu import weight_token
     n, c, k, h, w = OVERHEAD_SHAPE
     x = torch.randn(n, c, h, w, device="cuda")
@@ -183,19 +184,13 @@ def host_overhead(calls: int) -> list[dict]:
             lambda algo=algo: mwt.conv2d(x, weight, None, 1, 1, algo=algo))
     rows = []
     with torch.inference_mode():
-        for label, call in variants.items():
-            for _ in range(50):
-                call()
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            issued = time.perf_counter()
+        def synchronize():
             torch.cuda.synchronize()
             megawino.synchronize()
-            done = time.perf_counter()
-            rows.append({"call": label, "calls": calls, "host_us": (issued - start) / calls * 1e6,
-                         "total_us": (done - start) / calls * 1e6})
+
+        for label, call in variants.items():
+            host_us, total_us = host_time_per_call(call, calls, synchronize, warmup=50)
+            rows.append({"call": label, "calls": calls, "host_us": host_us, "total_us": total_us})
     _, ran = mwt.functional.conv2d_with_algo(x, weight, None, 1, 1)
     rows[-1]["call"] += f" (runs {ran})"
     return rows

@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from .nvrtc import cupy_module
+from .tuning import device_name as gpu_name
 from .user_files import cache_dir, write_text_atomically
 
 ROUNDS = 7
@@ -63,13 +64,6 @@ def _store(gpu: str, key: str, choice: str, times_us: dict) -> None:
         write_text_atomically(path, json.dumps({"format": FORMAT, "gpus": gpus}, indent=1, sort_keys=True))
     except OSError:
         pass                # a read-only home keeps the choice for this process only
-
-
-def gpu_name() -> str:
-    cupy = cupy_module()
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def cached_choice(key: str) -> str | None:

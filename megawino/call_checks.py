@@ -92,8 +92,15 @@ def prepare_call(spec, device: int, x, w, out):
         raise ValueError(f"this plan was made on device {device}, the current device is {current}")
     check_array(cupy, "x", x, spec.input_shape, device)
     check_array(cupy, "w", w, spec.weight_shape, device)
+    if out is not None:
+        check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
+    return ready_arrays(spec, x, w, out)
+
+
+def ready_arrays(spec, x, w, out):
+    """Checked (x, w, out) as the kernels take them: inputs copied where they cannot be read as
+    they are, the output allocated when None."""
+    cupy = cupy_module()
     if out is None:
         out = workspace.alloc(spec.output_shape, np.float32)
-    else:
-        check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
     return kernel_ready(cupy, x), kernel_ready(cupy, w), out

@@ -23,7 +23,8 @@ import numpy as np
 from . import algo_choice, weights
 from .algo_choice import choose_fastest
 from .nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
-from .call_checks import check_out, env_number
+from .call_checks import check_out, env_number, ready_arrays
+from .direct.plan import DirectPlan
 from .winograd_plan import Plan, WatchdogError, synchronize
 from .resources import cuda_dir, source_hash
 from .spec import LayerSpec
@@ -37,13 +38,6 @@ __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "cho
 ALGOS = KERNEL_KINDS + ("direct",)
 LAYOUTS = ("NCHW", "NHWC")
 ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
-
-
-def __getattr__(name):
-    if name == "DirectPlan":
-        from .direct.plan import DirectPlan
-        return DirectPlan
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def gpu_name_key() -> str:
@@ -73,7 +67,6 @@ def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: 
     if algo == "direct":
         if params is not None or mapping is not None or trace:
             raise ValueError("algo='direct' takes no task params, mapping or trace")
-        from .direct.plan import DirectPlan
         return DirectPlan(spec)
     return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace,
                 gemm_math=gemm_math)
@@ -247,4 +240,4 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
             _RESOLVED.clear()
         _RESOLVED[key] = (spec, algo)
     p = PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
-    return p(x, w, out=out, check=check, weight_token=weight_token)
+    return p.run(*ready_arrays(spec, x, w, out), check, weight_token)

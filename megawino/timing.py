@@ -165,3 +165,18 @@ def gpu_rel_l2(out, ref, chunks: int = 8) -> float:
         num += float(cupy.sum((o - r) ** 2))
         den += float(cupy.sum(r * r))
     return math.sqrt(num) / (math.sqrt(den) if den > 0 else 1.0)
+
+
+def host_time_per_call(call: Callable, calls: int, synchronize: Callable, warmup: int = 20) -> tuple[float, float]:
+    """(host µs, total µs) per call of ``calls`` back-to-back calls: the time to issue them
+    without waiting, and the time until ``synchronize()`` returned after them."""
+    for _ in range(warmup):
+        call()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    issued = time.perf_counter()
+    synchronize()
+    done = time.perf_counter()
+    return (issued - start) / calls * 1e6, (done - start) / calls * 1e6

@@ -92,10 +92,6 @@ class WeightCache:
             self._entries.clear()
             self._bytes = 0
 
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
-
     def __len__(self) -> int:
         return len(self._entries)
 

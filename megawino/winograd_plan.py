@@ -195,8 +195,9 @@ class Plan:
     # ---- buffers -------------------------------------------------------
     def workspace(self) -> _Workspace:
         """The current stream's workspace (made on first use)."""
-        stream = workspace.current_stream_ptr()
-        capturing = workspace.is_capturing()
+        return self._workspace(workspace.current_stream_ptr(), workspace.is_capturing())
+
+    def _workspace(self, stream: int, capturing: bool) -> _Workspace:
         with self._lock:
             ws = self._workspaces.get(stream)
             if ws is None:
@@ -247,13 +248,17 @@ class Plan:
         """Launch the layer on the current stream and return ``out`` (allocated when None)
         without waiting.  ``check``: first raise for an earlier launch of this plan whose
         watchdog fired (its status already arrived); ``weight_token``: see megawino.weights."""
-        x, w, out = prepare_call(self.spec, self.device, x, w, out)
+        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+
+    def run(self, x, w, out, check: bool = True, weight_token=None):
+        """The launch of :meth:`__call__` on arrays already checked and made ready
+        (``call_checks.prepare_call``): conv2d's path, which checked them itself."""
         with self._lock:
             if check:
                 self._raise_reports(done_only=True)
-            ws = self.workspace()
             stream = workspace.current_stream_ptr()
             capturing = workspace.is_capturing()
+            ws = self._workspace(stream, capturing)
             self.captured = self.captured or capturing
             entry = None
             if weight_token is None:

@@ -143,6 +143,7 @@ class StatusRing:
         self._next = 0
         self._pending = collections.deque()      # (launch number, slot, workspace key, describe)
         self._captured = {}                      # slot -> (launch number, workspace key, describe)
+        self._busy = set()                       # slots pending or captured
         self._fired_seen = collections.Counter()
         self._launches = 0
         self._stashed = []                       # reports collected while making room
@@ -159,6 +160,7 @@ class StatusRing:
             cupy.cuda.Device().synchronize()
             self._stashed += self.collect(done_only=True)
         slot = self._free_slot()
+        self._busy.add(slot)
         self._slots[slot, self.FIRED] = -1
         if capturing:
             self._captured[slot] = (self._launches, key, describe)
@@ -171,13 +173,13 @@ class StatusRing:
         slot = (address - self._device_base) // (self.WORDS * 4)
         self._captured.pop(slot, None)
         self._pending = collections.deque(e for e in self._pending if e[1] != slot)
+        self._busy.discard(slot)
 
     def _free_slot(self) -> int:
-        busy = {entry[1] for entry in self._pending} | set(self._captured)
         for _ in range(self.SLOTS):
             slot = self._next
             self._next = (self._next + 1) % self.SLOTS
-            if slot not in busy:
+            if slot not in self._busy:
                 return slot
         raise RuntimeError("every watchdog status slot is in use")
 
@@ -194,6 +196,7 @@ class StatusRing:
                 raise RuntimeError(f"the watchdog status of launch {launch} did not arrive after a "
                                    "synchronize")
             self._pending.popleft()
+            self._busy.discard(slot)
             reports += self._check(launch, slot, key, describe, fired)
         if not done_only:
             for slot, (launch, key, describe) in self._captured.items():
@@ -212,7 +215,3 @@ class StatusRing:
         more = f" ({extra - 1} earlier launch(es) also fired)" if extra > 1 else ""
         return [f"{where}: ticket {words['TICKET']} ({describe(words['TASK'])}) waited on counter "
                 f"{words['COUNTER']} (value {words['VALUE']}, need {words['NEED']}){more}"]
-
-    @property
-    def launches(self) -> int:
-        return self._launches

@@ -6,24 +6,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import time
 
 import megawino
 from megawino import runtime, workspace
+from megawino.timing import host_time_per_call
 
 
 def host_us(fn, calls=1000):
     import torch
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+    return host_time_per_call(fn, calls, torch.cuda.synchronize)
 
 
 def main(argv=None):

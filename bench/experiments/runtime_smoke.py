@@ -4,24 +4,17 @@ a layer with and without a weight token (prepared U)."""
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import megawino
 from megawino.spec import LayerSpec
+from megawino.timing import host_time_per_call
 
 
 def host_us(fn, calls=2000):
     import cupy as cp
-    fn()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    cp.cuda.Device().synchronize()
-    return (t1 - t0) / calls * 1e6
+    return host_time_per_call(fn, calls, cp.cuda.Device().synchronize, warmup=1)[0]
 
 
 def device_us(fn, reps=15, calls=20):

@@ -51,7 +51,7 @@ __all__ = [
     "INT32_LIMIT", "model_terms", "all_configs", "mapping_key", "launch",
 ]
 
-# Also reachable as megawino.direct.<name>, as when this was one module (tests, .tune, bench).
+# Also reachable as megawino.direct.<name>, the names tests, .tune and bench use.
 ptxas_report = _ptxas.ptxas_report
 FLUSH_TERMS, FLUSH_MIN_CRS = _config.FLUSH_TERMS, _config.FLUSH_MIN_CRS
 TAP_COL_BIT, TAP_SENTINEL, MAX_FILTER = _config.TAP_COL_BIT, _config.TAP_SENTINEL, _config.MAX_FILTER

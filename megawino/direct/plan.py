@@ -71,8 +71,11 @@ class DirectPlan:
         return buf
 
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
+        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+
+    def run(self, x, w, out, check: bool = True, weight_token=None):
+        """The launch of :meth:`__call__` on arrays already checked and made ready."""
         spec = self.spec
-        x, w, out = prepare_call(spec, self.device, x, w, out)
         stream = workspace.current_stream_ptr()
         capturing = workspace.is_capturing()
         self.captured = self.captured or capturing

@@ -17,8 +17,8 @@ try:
 except ImportError as err:  # pragma: no cover - depends on the machine
     raise ImportError("megawino.torch needs PyTorch: pip install 'megawino[torch]'") from err
 
-from .functional import ALGO_NOTES, ALGOS, BACKENDS, conv2d, weights_changed
+from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d, weights_changed
 from .modules import ConvertReport, LayerRow, MegawinoConv2d, convert, report, unsupported_reason
 
 __all__ = ["conv2d", "convert", "report", "MegawinoConv2d", "ConvertReport", "LayerRow",
-           "unsupported_reason", "weights_changed", "ALGOS", "BACKENDS", "ALGO_NOTES"]
+           "unsupported_reason", "weights_changed", "ALGOS", "BACKENDS", "ALGO_DESCRIPTIONS"]

@@ -18,14 +18,14 @@ from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, run_gpu, weight_token, weights_changed
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
-           "BACKENDS", "ALGOS", "ALGO_NOTES"]
+           "BACKENDS", "ALGOS", "ALGO_DESCRIPTIONS"]
 
 # "auto": CUDA tensors on the GPU runtime, CPU tensors refused; "gpu": CUDA tensors only;
 # "cpu": CPU tensors through the CPU executor (slow: it runs the task list in Python, for tests).
 BACKENDS = ("auto", "gpu", "cpu")
 ALGOS = ("auto",) + MEGAWINO_ALGOS + ("pytorch",)
 # What ran, for the algorithms that are not megawino's own GPU paths (shown by convert's report).
-ALGO_NOTES = {
+ALGO_DESCRIPTIONS = {
     "pytorch": "torch.nn.functional.conv2d in IEEE fp32 (measured faster here, or asked for)",
     "cpu-executor": "megawino's CPU executor (Winograd task list)",
     "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1 only",
@@ -150,7 +150,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 
 def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                      backend: str = "auto", algo: str = "auto", gemm_math: str = DEFAULT_GEMM_MATH):
-    """:func:`conv2d` and the name of what ran (an ALGOS name, or an ALGO_NOTES key)."""
+    """:func:`conv2d` and the name of what ran (an ALGOS name, or an ALGO_DESCRIPTIONS key)."""
     global _autograd_warned
     _check_tensors(input, weight, bias)
     args = conv_arguments(weight.shape[2:], stride, padding, dilation, groups)

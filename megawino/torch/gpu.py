@@ -100,8 +100,7 @@ def _torch_workspace(nbytes: int):
     import cupy
     index = cupy.cuda.Device().id
     tensor = torch.empty(int(nbytes), dtype=torch.uint8, device=torch.device("cuda", index))
-    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), int(nbytes), tensor, index)
-    return cupy.ndarray((int(nbytes),), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+    return _cupy_view(cupy, tensor, index, cupy.uint8)
 
 
 @functools.cache
@@ -188,11 +187,13 @@ def runtime_views(x, out, channels_last: bool):
     return x, out
 
 
-def _cupy_view(cupy, tensor: torch.Tensor, device: int):
-    """A CuPy array over a C-contiguous float32 CUDA tensor, zero copy, keeping ``tensor``
-    alive; the host cost of a DLPack round trip is not needed on the stream both share."""
-    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * 4, tensor, device)
-    return cupy.ndarray(tuple(tensor.shape), cupy.float32, cupy.cuda.MemoryPointer(memory, 0))
+def _cupy_view(cupy, tensor: torch.Tensor, device: int, dtype=None):
+    """A CuPy array over a C-contiguous CUDA tensor (float32 unless ``dtype``), zero copy,
+    keeping ``tensor`` alive; the host cost of a DLPack round trip is not needed on the stream
+    both share."""
+    dtype = cupy.float32 if dtype is None else dtype
+    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * tensor.element_size(), tensor, device)
+    return cupy.ndarray(tuple(tensor.shape), dtype, cupy.cuda.MemoryPointer(memory, 0))
 
 
 def _weight_view(cupy, weight: torch.Tensor, token, device: int, stream: int):

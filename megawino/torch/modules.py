@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
-from .functional import ALGO_NOTES, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
+from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
 from .gpu import convolutions_are_ieee, ieee_fp32_convolutions
 
 __all__ = ["MegawinoConv2d", "convert", "report", "unsupported_reason", "ConvertReport", "LayerRow"]
@@ -170,7 +170,7 @@ class ConvertReport:
             elif row.algo is None:
                 runs_on = "megawino (chosen at first call)"
             else:
-                runs_on = row.algo if row.algo in ALGO_NOTES else f"[green]{row.algo}[/]"
+                runs_on = row.algo if row.algo in ALGO_DESCRIPTIONS else f"[green]{row.algo}[/]"
             shape = "" if row.input_shape is None else "x".join(map(str, row.input_shape))
             table.add_row(row.name or "(model)", row.shape, shape, runs_on, row.note)
         return table
@@ -188,7 +188,7 @@ def report(model: nn.Module) -> ConvertReport:
         replaced = isinstance(module, MegawinoConv2d)
         algo = module.megawino_algo if replaced else None
         if replaced:
-            note = ALGO_NOTES.get(algo, "")
+            note = ALGO_DESCRIPTIONS.get(algo, "")
         elif type(module) is not nn.Conv2d:
             note = f"{type(module).__name__} subclasses nn.Conv2d with its own forward"
         else:
