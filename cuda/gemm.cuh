@@ -31,8 +31,13 @@ static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 // of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
 // need less), so that the block's shared-memory footprint, and with it the L1 / shared split
 // the kernels are tuned under, is that of the padded layouts.
+// The warpgroup-MMA tile adds the split B tile (big and small parts) the tensor cores read.
 struct GemmSmem {
+#if MW_GEMM_WGMMA
+  float floats[GEMM_STAGES * (GEMM_BM * GEMM_BK + GEMM_BK * GEMM_BN) + 2 * GEMM_BK * GEMM_BN];
+#else
   float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 ? 8 : 0)))];
+#endif
 };
 
 // x = big + small, both TF32 bit patterns (low 13 mantissa bits zero): big rounds x to nearest
@@ -42,6 +47,17 @@ struct GemmSmem {
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
   big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
   small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
+}
+
+// The A operand of k8 step q from a thread's two float4 of one k tile (rows g and g + 8, k
+// 4 t4 .. 4 t4 + 3): columns t4 and t4 + 4 are k 4 t4 + 2 q and 4 t4 + 2 q + 1, split in two TF32
+// parts in m16n8k8 fragment order.
+__device__ __forceinline__ void split_a_step(const float4& r0, const float4& r8, int q, unsigned (&big)[4],
+                                             unsigned (&small)[4]) {
+  split_tf32(q == 0 ? r0.x : r0.z, big[0], small[0]);
+  split_tf32(q == 0 ? r8.x : r8.z, big[1], small[1]);
+  split_tf32(q == 0 ? r0.y : r0.w, big[2], small[2]);
+  split_tf32(q == 0 ? r8.y : r8.w, big[3], small[3]);
 }
 
 // Where a 3xTF32 stage keeps 16-byte chunk `chunk` of B row k: the chunks are XOR-swizzled by
@@ -99,13 +115,7 @@ struct Tf32x3Fragments {
     for (int q = 0; q < GEMM_BK / 8; ++q) {
       unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const float4 r0 = a_vec[mt][0], r8 = a_vec[mt][1];
-        split_tf32(q == 0 ? r0.x : r0.z, a_big[mt][0], a_small[mt][0]);
-        split_tf32(q == 0 ? r8.x : r8.z, a_big[mt][1], a_small[mt][1]);
-        split_tf32(q == 0 ? r0.y : r0.w, a_big[mt][2], a_small[mt][2]);
-        split_tf32(q == 0 ? r8.y : r8.w, a_big[mt][3], a_small[mt][3]);
-      }
+      for (int mt = 0; mt < MT; ++mt) split_a_step(a_vec[mt][0], a_vec[mt][1], q, a_big[mt], a_small[mt]);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int n = warp_col + 8 * nt + g;
@@ -222,11 +232,36 @@ struct FfmaFragments {
   }
 };
 
+// Which arithmetic this build's GEMM runs, for the host to check (megawino.nvrtc.gemm_uses_wgmma).
+extern "C" __device__ int mw_gemm_wgmma = MW_GEMM_WGMMA;
+
 #if MW_GEMM_TF32X3
 template <int ROWS> using GemmFragments = Tf32x3Fragments<ROWS>;
 #else
 template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 #endif
+
+// The cp.async ring both tiles run: stages 0 .. GEMM_STAGES - 2 in flight first, then per k
+// tile: wait for it, one barrier (stage kt visible to all, the stage the next copy overwrites
+// no longer read), the copy GEMM_STAGES - 1 tiles ahead, and multiply(kt, stage).
+template <class LoadStage, class Multiply>
+__device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Multiply multiply) {
+#pragma unroll
+  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<GEMM_STAGES - 2>();
+    __syncthreads();
+    const int nk = kt + GEMM_STAGES - 1;
+    if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
+    cp_async_commit();
+    multiply(kt % GEMM_STAGES);
+  }
+  cp_async_wait<0>();
+  __syncthreads();   // shared memory free for the next tile / task
+}
 
 // One ROWS x 64 output tile: rows [row0, row0 + ROWS) of Vp / Mp, columns [col0, col0 + 64) of
 // Up / Mp, columns >= col_end predicated off.  The cp.async ring is shared by both arithmetics:
@@ -285,26 +320,138 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
                   ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
 
-#pragma unroll
-  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<GEMM_STAGES - 2>();
-    __syncthreads();   // stage kt visible to all; stage kt-1 no longer read by anyone
-    {
-      const int nk = kt + GEMM_STAGES - 1;
-      if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
-      cp_async_commit();
-    }
-    const int stage = kt % GEMM_STAGES;
-    frag.multiply(acc, a_stage(stage), b_stage(stage));
-  }
-  cp_async_wait<0>();
-  __syncthreads();   // shared memory free for the next tile / task
+  cp_async_pipeline(k_tiles, load_stage, [&](int stage) { frag.multiply(acc, a_stage(stage), b_stage(stage)); });
   frag.store(acc, Mp, row0, col0, col_end, k_stride);
 }
+
+#if MW_GEMM_WGMMA
+// 3xTF32 on warpgroup MMAs (sm_90a).  The block's two warpgroups own 64-row halves of a 128 x 64
+// tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) and B (U rows)
+// come through the cp.async ring as in gemm_tile; A goes into registers, read and split as in
+// Tf32x3Fragments, and the tensor cores read B from shared memory, so each k tile's B stage is
+// split once per block into big and small parts laid out as wgmma's unswizzled K-major core
+// matrices.  Products and their order per element are those of Tf32x3Fragments: each 16-term k
+// tile is summed from zero on the tensor cores, then added to the fp32 accumulator with one
+// round-to-nearest FADD (which makes the results bitwise those of the mma.sync build).
+namespace wgmma_tile {
+constexpr int A_STAGE = GEMM_BM * GEMM_BK;
+constexpr int B_STAGE = GEMM_BK * GEMM_BN;
+constexpr int SPLIT_STEP = GEMM_BN * 8;        // floats of one k8 step of one part
+constexpr int SPLIT_PART = 2 * SPLIT_STEP;     // one part (big or small) of a k tile
+constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
+constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
+// Shared memory: GEMM_STAGES A stages, GEMM_STAGES B stages, then the split B tile.
+static_assert(GEMM_STAGES * (A_STAGE + B_STAGE) + 2 * SPLIT_PART <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)),
+              "stages fit");
+static_assert(GEMM_BK == 16 && BLOCK_THREADS == 4 * GEMM_BN, "each thread splits 4 k of one B column");
+}  // namespace wgmma_tile
+
+template <int ROWS>
+__device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
+                                                long long row0, int col0, int col_end, int c_stride,
+                                                int k_stride) {
+  using namespace wgmma_tile;
+  constexpr int WARPGROUPS = BLOCK_THREADS / 128;
+  constexpr int WARPGROUPS_M = ROWS / 64;
+  constexpr int WG_N = GEMM_BN / (WARPGROUPS / WARPGROUPS_M);   // columns of one warpgroup's MMA
+  constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);
+  constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;
+  static_assert(A_CHUNKS % BLOCK_THREADS == 0 && (WG_N == 64 || WG_N == 32), "tile shape");
+  float* const a_stages = sm.floats;
+  float* const b_stages = a_stages + GEMM_STAGES * A_STAGE;
+  float* const split = b_stages + GEMM_STAGES * B_STAGE;
+  const int tid = thread_index();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int warp_row = ((warp >> 2) % WARPGROUPS_M) * 64 + 16 * (warp & 3);
+  const int warp_col = ((warp >> 2) / WARPGROUPS_M) * WG_N;
+
+  // Copies: thread chunk r of an A stage is row (tid + r * BLOCK_THREADS) / 4, k (tid % 4) * 4;
+  // its B chunk is k row tid / 16, columns (tid % 16) * 4 .. + 3.
+  int a_row[A_PER_THREAD];
+  const float* a_src[A_PER_THREAD];
+  const int a_ch = (tid & 3) * 4;
+#pragma unroll
+  for (int r = 0; r < A_PER_THREAD; ++r) {
+    a_row[r] = (tid + r * BLOCK_THREADS) >> 2;
+    a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch;
+  }
+  const int b_k = tid >> 4, b_col = (tid & 15) * 4;
+  const bool b_col_ok = col0 + b_col < col_end;
+  const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
+  auto load_stage = [&](int kt, int stage) {
+    const int kbase = kt * GEMM_BK;
+#pragma unroll
+    for (int r = 0; r < A_PER_THREAD; ++r) {
+      const bool ok = kbase + a_ch < c_stride;
+      cp_async_cg16(a_stages + stage * A_STAGE + a_row[r] * GEMM_BK + a_ch, ok ? a_src[r] + kbase : Vp, ok);
+    }
+    const bool ok = b_col_ok && kbase + b_k < c_stride;
+    cp_async_cg16(b_stages + stage * B_STAGE + b_k * GEMM_BN + b_col,
+                  ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
+  };
+  // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3.  The A fragment pairs
+  // k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4), so row 4 kc + j
+  // is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix row per part.
+  const int n = tid % GEMM_BN, j = tid / GEMM_BN;
+  float* const split_row = split + (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4;
+  auto split_stage = [&](int stage) {
+    const float* raw = b_stages + stage * B_STAGE + j * GEMM_BN + n;
+    unsigned big[4], small[4];
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
+    *reinterpret_cast<uint4*>(split_row) = make_uint4(big[0], big[1], big[2], big[3]);
+    *reinterpret_cast<uint4*>(split_row + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
+    fence_proxy_async_smem();
+  };
+  auto mma = [](float (&d)[WG_N / 2], const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    if constexpr (WG_N == 64) wgmma_tf32_m64n64k8(d, a, b, accumulate);
+    else wgmma_tf32_m64n32k8(d, a, b, accumulate);
+  };
+  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
+
+  const int k_tiles = (c_stride + GEMM_BK - 1) / GEMM_BK;
+  float acc[WG_N / 2];
+#pragma unroll
+  for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
+  cp_async_pipeline(k_tiles, load_stage, [&](int stage) {
+    split_stage(stage);
+    __syncthreads();   // the split tile complete for the tensor cores
+    const float* As = a_stages + stage * A_STAGE;
+    const float4 r0 = *reinterpret_cast<const float4*>(As + (warp_row + g) * GEMM_BK + 4 * t4);
+    const float4 r8 = *reinterpret_cast<const float4*>(As + (warp_row + 8 + g) * GEMM_BK + 4 * t4);
+    unsigned a_big[2][4], a_small[2][4];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) split_a_step(r0, r8, q, a_big[q], a_small[q]);
+    float part[WG_N / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const unsigned step = split_base + q * SPLIT_STEP * 4;
+      const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
+      const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
+      mma(part, a_small[q], b_big, q);
+      mma(part, a_big[q], b_small, 1);
+      mma(part, a_big[q], b_big, 1);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_operands(part);
+#pragma unroll
+    for (int i = 0; i < WG_N / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+  });
+  // C fragment of n8 block nb: rows g and g + 8, columns 8 nb + 2 t4 and 8 nb + 2 t4 + 1.
+#pragma unroll
+  for (int nb = 0; nb < WG_N / 8; ++nb) {
+    const int col = col0 + warp_col + 8 * nb + 2 * t4;
+    if (col < col_end) {
+      float* dst = Mp + (row0 + warp_row + g) * k_stride + col;
+      *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
+      *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
+    }
+  }
+}
+#endif  // MW_GEMM_WGMMA
 
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
   const int kb = index % static_cast<int>(p.k_blocks);
@@ -319,8 +466,13 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
+#if MW_GEMM_WGMMA
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+#else
     for (; r + 128 <= tpg; r += 128) gemm_tile<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+#endif
   }
 }
 

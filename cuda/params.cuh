@@ -18,3 +18,13 @@
 #ifndef MW_GEMM_TF32X3
 #define MW_GEMM_TF32X3 1
 #endif
+// The 3xTF32 products run on warpgroup MMAs (cuda/gemm.cuh WgmmaTf32x3Fragments) where the
+// build targets sm_90a (NVRTC -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL), else on mma.sync;
+// -DMW_GEMM_WGMMA=0 keeps mma.sync on sm_90a too.
+#ifndef MW_GEMM_WGMMA
+#if MW_GEMM_TF32X3 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MW_GEMM_WGMMA 1
+#else
+#define MW_GEMM_WGMMA 0
+#endif
+#endif

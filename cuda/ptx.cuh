@@ -1,6 +1,8 @@
 // Inline-PTX wrappers: every asm statement of the kernels lives here.
 #pragma once
 
+#include "params.cuh"
+
 namespace mw {
 
 // Shared-memory address of a generic pointer, as the .shared instructions take it.
@@ -98,5 +100,51 @@ __device__ __forceinline__ int sm_id() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
   return static_cast<int>(s);
 }
+
+#if MW_GEMM_WGMMA
+// Warpgroup MMA (sm_90a).  Shared memory written with ordinary stores must be ordered before
+// the tensor cores read it (fence_proxy_async_smem in each writing thread, then a barrier).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from touching accumulators across an asynchronous MMA.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Descriptor of an unswizzled K-major shared-memory operand: core matrices of 8 rows x 16
+// bytes, k_step_bytes apart along K and row_step_bytes apart along M / N.
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned address, unsigned k_step_bytes,
+                                                         unsigned row_step_bytes) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>((k_step_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<unsigned long long>((row_step_bytes >> 4) & 0x3FFF) << 32);
+}
+// d (+)= a (64 x 8, registers, the m16n8k8 A fragment per warp) * b (8 x N, shared memory);
+// accumulate == 0 ignores d's old value.
+// One asm template for both shapes: N columns, the accumulator's N / 2 registers as operands
+// 0 .. N / 2 - 1, then a (4), the B descriptor and the accumulate flag.
+#define MW_WGMMA_TF32_RS(N, D_LIST, A0, A1, A2, A3, B, FLAG, ...)                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #FLAG ", 0;\n"                                 \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" D_LIST "}, "                 \
+               "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1;\n}\n"                      \
+               : __VA_ARGS__                                                                          \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate))
+__device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], const unsigned (&a)[4],
+                                                    unsigned long long b_desc, int accumulate) {
+  MW_WGMMA_TF32_RS(64, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31",
+                   32, 33, 34, 35, 36, 37, "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]));
+}
+__device__ __forceinline__ void wgmma_tf32_m64n32k8(float (&d)[16], const unsigned (&a)[4],
+                                                    unsigned long long b_desc, int accumulate) {
+  MW_WGMMA_TF32_RS(32, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", 16, 17, 18, 19, 20, 21,
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]));
+}
+#undef MW_WGMMA_TF32_RS
+#endif  // MW_GEMM_WGMMA
 
 }  // namespace mw

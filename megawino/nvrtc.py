@@ -144,21 +144,43 @@ def with_defines(options, extra) -> tuple[str, ...]:
     return tuple(options) + check_extra_defines(extra)
 
 
+# Compute capabilities whose architecture-specific target the kernels are built for: sm_90a has
+# the warpgroup MMAs (wgmma) the GEMM uses there.  NVRTC takes this -arch after CuPy's own.
+ARCH_SPECIFIC_TARGETS = {"90": "sm_90a"}
+
+
+def arch_options(compute_capability: str) -> tuple[str, ...]:
+    """The ``-arch`` option for a device of ``compute_capability`` (CuPy's string, e.g. "90"):
+    its architecture-specific target where one is used, else none (CuPy's own -arch)."""
+    target = ARCH_SPECIFIC_TARGETS.get(str(compute_capability))
+    return (f"-arch={target}",) if target else ()
+
+
 def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
     """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
-    ``cuda/nonfused.cu`` (kind "nonfused") for one variant."""
+    ``cuda/nonfused.cu`` (kind "nonfused") for one variant, built for the current device."""
     if kind not in KERNEL_KINDS:
         raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
-    key = (kind, int(m), layout, bool(trace and kind == "megakernel"), check_gemm_math(gemm_math),
-           source_hash(), extra_defines())
+    variant = (kind, int(m), layout, bool(trace and kind == "megakernel"), check_gemm_math(gemm_math),
+               source_hash(), extra_defines())    # checked before CuPy is imported
+    cupy = cupy_module()
+    capability = cupy.cuda.Device().compute_capability
+    key = variant + (capability,)
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
-            cupy = cupy_module()
             code = (cuda_dir() / f"{kind}.cu").read_text()
-            mod = cupy.RawModule(code=code, options=compile_options(m, layout, key[3], gemm_math))
+            options = compile_options(m, layout, key[3], gemm_math) + arch_options(capability)
+            mod = cupy.RawModule(code=code, options=options)
             _MODULES[key] = mod
     return mod
+
+
+def gemm_uses_wgmma(mod) -> bool:
+    """Whether a compiled Winograd module's GEMM runs on warpgroup MMAs (its ``mw_gemm_wgmma``)."""
+    cupy = cupy_module()
+    flag = cupy.ndarray((1,), cupy.int32, memptr=mod.get_global("mw_gemm_wgmma"))
+    return bool(int(flag.get()[0]))
 
 
 def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:

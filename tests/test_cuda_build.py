@@ -20,10 +20,16 @@ VARIANTS = [("-DMW_M=4",), ("-DMW_M=2",), ("-DMW_M=4", "-DMW_TRACE"),   # NCHW: 
             ("-DMW_M=2", "-DMW_GEMM_TF32X3=0", "-DMW_TRACE")]
 
 
+# The architecture-specific sm_90a build the runtime makes on an H100 (warpgroup-MMA GEMM).
+SM90A = ("-gencode=arch=compute_90a,code=sm_90a",)
+VARIANTS += [SM90A + ("-DMW_M=4",), SM90A + ("-DMW_M=2", "-DMW_NHWC=1"), SM90A + ("-DMW_M=4", "-DMW_TRACE")]
+
+
 def _ptxas_report(source: str, defines, tmp_path) -> dict[str, tuple[int, int, int]]:
     """function -> (stack frame, spill stores, spill loads) bytes."""
     out = tmp_path / (source + ".cubin")
-    cmd = [NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(cuda_dir()), *defines,
+    arch = () if any(d.startswith("-gencode") for d in defines) else ("-arch=sm_90",)
+    cmd = [NVCC, *arch, "-cubin", "-Xptxas", "-v", "-I", str(cuda_dir()), *defines,
            str(cuda_dir() / source), "-o", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
@@ -64,3 +70,17 @@ def test_params_struct_is_generated_from_abi():
     members = [m for m in members if m]
     assert members == [f"long long {name};" for name, _ in abi.PARAM_FIELDS]
     assert abi.STATE_WORDS >= abi.state_offset("STATUS") + len(abi.STATUS_FIELDS)
+
+
+@pytest.mark.parametrize("source", ["megakernel.cu", "nonfused.cu"])
+def test_sm90a_build_uses_wgmma(source, tmp_path):
+    """The sm_90a build's GEMM is on warpgroup MMAs (and says so in mw_gemm_wgmma); sm_90's is not."""
+    def ptx(arch):
+        out = tmp_path / f"{source}.{arch[-1][-3:]}.ptx"
+        cmd = [NVCC, *arch, "-ptx", "-I", str(cuda_dir()), str(cuda_dir() / source), "-o", str(out)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
+        return out.read_text()
+    wgmma, plain = ptx(SM90A), ptx(("-arch=sm_90",))
+    assert "wgmma.mma_async" in wgmma and "mw_gemm_wgmma = 1" in wgmma
+    assert "wgmma.mma_async" not in plain and re.search(r"\.u32 mw_gemm_wgmma( = 0)?;", plain)

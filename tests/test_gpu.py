@@ -362,3 +362,31 @@ def test_conv2d_api():
     if torch.cuda.is_available():
         yt = megawino.conv2d(torch.from_dlpack(xd), torch.from_dlpack(wd), padding=1)
         assert bool((yt == y).all())
+
+
+def test_gemm_runs_wgmma_on_sm90(monkeypatch):
+    """On compute capability 9.0 both Winograd modules are built for sm_90a and their GEMM runs
+    on warpgroup MMAs; -DMW_GEMM_WGMMA=0 keeps mma.sync.  Both meet the fp32 bar and agree
+    bitwise between megakernel and non-fused, and with each other: the tensor cores sum each
+    16-term k tile the same way whichever instruction feeds them."""
+    import megawino
+    from megawino import nvrtc
+    cp = _cp()
+    capability = cp.cuda.Device().compute_capability
+    spec = LayerSpec(2, 512, 72, 14, 14)
+    x, w, xd, wd = _inputs(spec, 31)
+    ref = direct_conv_nchw(x, w, 1, spec.padding)
+    outs = {}
+    for wgmma_define in ("", "-DMW_GEMM_WGMMA=0"):
+        monkeypatch.setenv(nvrtc.EXTRA_DEFINES_ENV, wgmma_define)
+        expect = capability == "90" and not wgmma_define
+        for kind in nvrtc.KERNEL_KINDS:
+            assert nvrtc.gemm_uses_wgmma(nvrtc.module(kind, 4, "NCHW")) == expect, (kind, wgmma_define)
+        params = default_params(spec, m=4)
+        y = _run(megawino.plan(spec, params=params), xd, wd)
+        assert rel_l2(_to_nchw(spec, y), ref) < _tol(spec, 4), wgmma_define
+        y2 = _run(megawino.plan(spec, params=params, algo="nonfused"), xd, wd)
+        assert bool((y2 == y).all()), f"{wgmma_define or 'default'}: megakernel and non-fused differ bitwise"
+        outs[wgmma_define] = y
+    if capability == "90":
+        assert bool((outs[""] == outs["-DMW_GEMM_WGMMA=0"]).all()), "wgmma and mma.sync GEMMs differ bitwise"
