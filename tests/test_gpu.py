@@ -10,11 +10,13 @@ import zlib
 import numpy as np
 import pytest
 
-from megawino import executor, mapping as mapping_mod, suite
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph, default_params
-from megawino.tasks import TaskParams
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.cpu import executor
+from megawino.schedule import mapping as mapping_mod
+from megawino.core import suite
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph, default_params
+from megawino.core.tasks import TaskParams
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 pytestmark = pytest.mark.gpu
 

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from megawino.spec import LayerSpec
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.core.spec import LayerSpec
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 pytestmark = pytest.mark.gpu
 

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from megawino.mapping import (MappingError, MappingParams, build_interleaved,
+from megawino.schedule.mapping import (MappingError, MappingParams, build_interleaved,
                               dependency_distances, sequential_equivalent, sequential_mapping,
                               validate_mapping)
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType
 
 
 def random_case(rng):

@@ -3,12 +3,13 @@ import os
 
 import pytest
 
-from megawino import tuning, user_files
-from megawino.mapping import MappingParams
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import Layout, TaskParams
-from megawino.mapping import build_interleaved
+from megawino.tuning import table as tuning
+from megawino.core import user_files
+from megawino.schedule.mapping import MappingParams
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import Layout, TaskParams
+from megawino.schedule.mapping import build_interleaved
 
 
 def test_gpu_key():
@@ -57,8 +58,8 @@ def test_candidate_space_is_valid():
 
 
 def test_rank_by_simulation_orders_candidates():
-    from megawino.simulator import CostModel
-    from megawino.tune import rank_by_simulation
+    from megawino.schedule.simulator import CostModel
+    from megawino.tuning.search import rank_by_simulation
     spec = LayerSpec(4, 32, 32, 24, 24)
     ranked = rank_by_simulation(spec, CostModel(), workers=16, top=4)
     times = [r["predicted_us"] for r in ranked]
@@ -70,7 +71,7 @@ def test_rank_by_simulation_orders_candidates():
 
 
 def test_summary_of_a_table():
-    from megawino.tune import summary
+    from megawino.tuning.search import summary
     table = {"layers": {"a": {"speedup_vs_sequential": 1.2, "speedup_vs_default": 1.1,
                               "simulator_error": 0.1},
                         "b": {"speedup_vs_sequential": 0.9, "speedup_vs_default": 1.0,
@@ -83,7 +84,7 @@ def test_summary_of_a_table():
 
 
 def test_confirm_alternates_and_takes_medians():
-    from megawino.tune import confirm
+    from megawino.tuning.search import confirm
     calls = []
     noise = {"winner": iter([90.0, 101.0, 100.0]), "default": iter([103.0, 102.0, 104.0])}
 
@@ -176,7 +177,7 @@ def test_table_that_is_not_json_names_the_file(tmp_path, monkeypatch):
 
 def test_shipped_tables_follow_the_schema():
     from megawino import direct
-    from megawino.resources import mapping_dir
+    from megawino.core.resources import mapping_dir
     shipped = sorted(mapping_dir().glob("*.json"))
     winograd = [p for p in shipped if not p.name.startswith("direct_")]
     assert winograd and all(tuning.read_table(p)["layers"] for p in winograd)
@@ -252,14 +253,14 @@ def _fake_tune_layer(runtime, spec, **kw):
 
 @pytest.fixture
 def fake_tuner(monkeypatch):
-    from megawino import tune
+    from megawino.tuning import search as tune
     monkeypatch.setattr(tune, "tune_layer", _fake_tune_layer)
     monkeypatch.setattr(tuning, "device_name", lambda: "NVIDIA H100 80GB HBM3")
     return tune
 
 
 def test_tune_writes_the_user_table_not_the_shipped_one(fake_tuner, monkeypatch, tmp_path):
-    from megawino.resources import mapping_dir
+    from megawino.core.resources import mapping_dir
     shipped = (mapping_dir() / "h100.json").read_bytes()
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "elsewhere.json"))   # never the target
     specs = [LayerSpec(2, 16, 16, 12, 12), LayerSpec(1, 8, 24, 9, 9)]
@@ -358,7 +359,7 @@ def _fake_direct_measure(spec, cfg):
 
 def test_direct_tuner_writes_the_user_table(tmp_path, monkeypatch):
     from megawino import direct
-    from megawino.direct_tune import tune_layers
+    from megawino.tuning.direct import tune_layers
     shipped_dir = direct.model.mapping_dir()
     before = {p.name: p.read_bytes() for p in shipped_dir.glob("direct_*.json")}
     spec = LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)
@@ -373,7 +374,7 @@ def test_direct_tuner_writes_the_user_table(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("content", ["#!/bin/sh\necho hi\n", '{"entries": {"x": 1}}', ""])
 def test_direct_tuner_never_overwrites_a_file_that_is_not_a_table(content, tmp_path):
-    from megawino.direct_tune import tune_layers
+    from megawino.tuning.direct import tune_layers
     path = tmp_path / "keep.json"
     path.write_text(content)
     calls = []

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 import megawino
-from megawino import nvrtc, suite
-from megawino.task_sizes import default_params
-from megawino.tasks import TaskType
+from megawino.gpu import nvrtc
+from megawino.core import suite
+from megawino.core.task_sizes import default_params
+from megawino.core.tasks import TaskType
 
 
 def events_median(fn, warmup=2, reps=10):
@@ -151,7 +152,7 @@ def main(argv=None):
                 mm = build("megakernel", spec, defines)
                 fn = mm.get_function("mw_megakernel")
                 bps = nvrtc.blocks_per_sm(fn)
-                from megawino import tuning
+                from megawino.tuning import table as tuning
                 mp = tuning.default_mapping_params(nf.layout, sms * bps)
                 mega = megawino.plan(spec, params=params, mapping=mp)
                 mega_workspace = mega.workspace()

@@ -19,7 +19,7 @@ STRIP_LINES = 6               # the mapping strip: at most this many lines of th
 
 def _type_style():
     """(letters, colours) indexed by task type code, from the task-type registry."""
-    from .. import task_types
+    from ..core import task_types
     return (task_types.by_code(lambda kind: kind.letter, "?"),
             task_types.by_code(lambda kind: kind.color, "default"))
 
@@ -57,13 +57,13 @@ def _table_key() -> str:
 
 def _build_mapping(spec, args):
     """(graph, Mapping) for the layer with the command's mapping options; options not
-    given come from the tuned table (``megawino.tuning.choose``), as the runtime's do,
+    given come from the tuned table (``megawino.tuning.table.choose``), as the runtime's do,
     and are written back into ``args`` for display.  Mapping parameters are validated
     even with --sequential."""
-    from .. import tuning
-    from ..mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
-    from ..task_sizes import build_graph
-    from ..tasks import Layout
+    from ..tuning import table as tuning
+    from ..schedule.mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
+    from ..core.task_sizes import build_graph
+    from ..core.tasks import Layout
     if not spec.winograd_eligible:
         raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
                          "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")
@@ -110,7 +110,7 @@ def _strip_lines(types, width: int, max_lines: int = STRIP_LINES):
 
 
 def _legend() -> Text:
-    from .. import task_types
+    from ..core import task_types
     text = Text()
     for kind in task_types.registered():
         text.append(kind.letter, style=f"bold {kind.color}").append(f" {kind.label}  ")
@@ -120,8 +120,8 @@ def _legend() -> Text:
 def cmd_mapping(args, out: Console, err: Console) -> int:
     import numpy as np
 
-    from ..mapping import MappingError, dependency_distances, validate_mapping
-    from ..tasks import TaskType
+    from ..schedule.mapping import MappingError, dependency_distances, validate_mapping
+    from ..core.tasks import TaskType
     spec = resolve_layer(args.layer, args.batch, args.resolution)
     try:
         graph, mapping = _build_mapping(spec, args)
