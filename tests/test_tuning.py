@@ -1,10 +1,11 @@
+import dataclasses
 import json
 import os
 
 import pytest
 
 from megawino.tuning import table as tuning
-from megawino.core import user_files
+from megawino.core import resources, user_files
 from megawino.schedule.mapping import MappingParams
 from megawino.core.spec import LayerSpec
 from megawino.core.task_sizes import build_graph
@@ -23,7 +24,7 @@ def test_heuristic_without_table(tmp_path, monkeypatch):
     spec = LayerSpec(64, 64, 64, 56, 56)
     params, mp, source = tuning.choose(spec, "h100")
     assert source == "heuristic"
-    assert mp.dig == tuning.DEFAULT_WORKERS and mp.m == 4
+    assert mp.dig == tuning.DEFAULT_WORKERS and mp.groups_per_column == 4
     build_interleaved(build_graph(spec, params), mp)   # valid
 
 
@@ -33,6 +34,8 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     tuned = TaskParams(tiles_per_group=128, input_channels_per_task=16, gemm_k_per_task=64,
                        output_k_per_task=16)
     tuning.write_entry(table, spec, tuned, MappingParams(32, 96, 2), time_us=123.0)
+    # the table keeps the paper's names: M is "m" in the file, groups_per_column in Python
+    assert table["layers"][spec.shape_string]["mapping"] == {"dig": 32, "dgo": 96, "m": 2}
     path = tmp_path / "x.json"
     path.write_text(json.dumps(table))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
@@ -42,7 +45,7 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     assert tuning.choose(spec.with_(layout="NHWC", name="a"), "h100")[2] == "tuned"
     # another shape borrows the nearest entry; the GEMM width is clamped to its K
     params, mp, source = tuning.choose(LayerSpec(8, 64, 24, 30, 30), "h100")
-    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.m == 2
+    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.groups_per_column == 2
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "missing.json"))
     with pytest.raises(FileNotFoundError):
         tuning.choose(spec, "h100")
@@ -52,7 +55,7 @@ def test_candidate_space_is_valid():
     spec = LayerSpec(2, 48, 40, 20, 20)
     seen = 0
     for params, mp in tuning.candidate_space(spec, workers=16):
-        assert mp.m <= Layout(spec, params).num_groups
+        assert mp.groups_per_column <= Layout(spec, params).num_groups
         seen += 1
     assert seen > 4
 
@@ -67,7 +70,7 @@ def test_rank_by_simulation_orders_candidates():
     # every task-size option is among the candidates (the GEMM's efficiency per size is measured)
     assert {r["params"] for r in ranked} == {p for p, _ in tuning.candidate_space(spec, workers=16)}
     # and M = 1 with the best task size is always measured (the output tail of few-group layers)
-    assert any(r["mapping"].m == 1 for r in ranked)
+    assert any(r["mapping"].groups_per_column == 1 for r in ranked)
 
 
 def test_summary_of_a_table():
@@ -100,6 +103,17 @@ def test_confirm_alternates_and_takes_medians():
 
 
 # ---- table schema ---------------------------------------------------------------------
+
+def test_table_mapping_keys_name_every_mapping_parameter_once():
+    fields = [f.name for f in dataclasses.fields(MappingParams)]
+    assert sorted(tuning.MAPPING_KEYS.values()) == sorted(fields)
+    assert len(set(tuning.MAPPING_KEYS)) == len(fields)
+    shipped = json.loads((resources.mapping_dir() / "h100.json").read_text())["layers"]
+    for entry in shipped.values():
+        mapping = tuning.mapping_from_entry(entry["mapping"])
+        assert tuning.mapping_to_entry(mapping) == entry["mapping"]
+        assert mapping.groups_per_column == entry["mapping"]["m"]
+
 
 def _entry(**changes):
     spec = LayerSpec(64, 64, 64, 56, 56)

@@ -36,8 +36,9 @@ def _add_mapping_options(p: argparse.ArgumentParser) -> None:
                    help="min tickets input -> GEMM (default: the tuned table's, else a heuristic)")
     p.add_argument("--dgo", type=non_negative_int, default=None,
                    help="min tickets GEMM -> output (default: as --dig)")
-    p.add_argument("--m", type=positive_int, default=None,
-                   help="groups sharing a filter matrix (default: as --dig)")
+    p.add_argument("--m", dest="groups_per_column", metavar="M", type=positive_int, default=None,
+                   help="the paper's M: groups per GEMM column, which share a filter matrix "
+                        "(default: as --dig)")
     p.add_argument("--sequential", action="store_true",
                    help="the sequential mapping (all F, I, G, then O) instead")
 
@@ -70,8 +71,9 @@ def _build_mapping(spec, args):
     task_params, chosen, args.choice = tuning.choose(spec, _table_key())
     args.dig = chosen.dig if args.dig is None else args.dig
     args.dgo = chosen.dgo if args.dgo is None else args.dgo
-    args.m = chosen.m if args.m is None else args.m
-    params = MappingParams(args.dig, args.dgo, args.m)
+    if args.groups_per_column is None:
+        args.groups_per_column = chosen.groups_per_column
+    params = MappingParams(args.dig, args.dgo, args.groups_per_column)
     tasks = Layout(spec, task_params).num_tasks
     if tasks > MAX_TASKS:
         raise ValueError(f"{spec.name or spec.shape_string} has {tasks:,} tasks; mappings and "
@@ -153,7 +155,7 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
     if args.sequential:
         out.print(Text("mapping: sequential (all F, then I, G, O)", style="bold"))
     else:
-        out.print(Text(f"mapping: interleaved  DIG {args.dig}  DGO {args.dgo}  M {args.m}",
+        out.print(Text(f"mapping: interleaved  DIG {args.dig}  DGO {args.dgo}  M {args.groups_per_column}",
                        style="bold")
                   + Text(f"  (defaults: {getattr(args, 'choice', 'given')})", style="dim"))
 

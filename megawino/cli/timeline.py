@@ -84,7 +84,7 @@ def _timeline(args, out: Console, width: int, export: OutputFile | None) -> int:
     spec = resolve_layer(args.layer, args.batch, args.resolution)
     graph, mapping = _build_mapping(spec, args)
     desc = "sequential mapping" if args.sequential else \
-        f"interleaved DIG {args.dig} DGO {args.dgo} M {args.m}"
+        f"interleaved DIG {args.dig} DGO {args.dgo} M {args.groups_per_column}"
     from .. import sweep
     from ..schedule.simulator import CostModel, default_workers, simulate
     measured = args.measured or (not args.simulate and sweep.gpu_runtime() is not None)

@@ -35,16 +35,17 @@ def _non_negative(name: str, value) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MappingParams:
-    """DIG: min ticket distance input -> GEMM; DGO: GEMM -> output; M: groups sharing a filter matrix."""
+    """The paper's DIG (least ticket distance input -> GEMM), DGO (GEMM -> output) and M: the
+    groups of one GEMM column, which share a filter matrix."""
 
     dig: int = 64
     dgo: int = 128
-    m: int = 4
+    groups_per_column: int = 4
 
     def __post_init__(self):
         _non_negative("DIG", self.dig)
         _non_negative("DGO", self.dgo)
-        _positive_int("mapping parameter M", self.m)
+        _positive_int("mapping parameter M", self.groups_per_column)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,15 +65,15 @@ def sequential_mapping(graph: TaskGraph) -> np.ndarray:
     return np.concatenate([np.flatnonzero(types == t) for t in task_types.codes().tolist()]).astype(np.int32)
 
 
-def interleaved_mapping(graph: TaskGraph, dig: int = 64, dgo: int = 128, m: int = 4) -> np.ndarray:
-    return build_interleaved(graph, MappingParams(dig, dgo, m)).order
+def interleaved_mapping(graph: TaskGraph, dig: int = 64, dgo: int = 128, groups_per_column: int = 4) -> np.ndarray:
+    return build_interleaved(graph, MappingParams(dig, dgo, groups_per_column)).order
 
 
 def build_interleaved(graph: TaskGraph, params: MappingParams) -> Mapping:
     layout = graph.layout
     groups = layout.num_groups
     s_i, s_g, s_o = layout.inputs_per_group, layout.gemms_per_group, layout.outputs_per_group
-    m = min(params.m, groups)
+    m = min(params.groups_per_column, groups)     # the paper's M
     ids = {t: graph.ids_of(t) for t in TaskType}
     inputs = ids[TaskType.INPUT].reshape(groups, s_i)
     gemms = ids[TaskType.GEMM].reshape(groups, s_g)

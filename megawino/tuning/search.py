@@ -84,7 +84,7 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
     # M = 1 (one group at a time through the GEMMs) for the best task size is always
     # measured: with few groups, M > 1 leaves a tail of output transforms after the last
     # GEMM that the simulator underestimates.
-    one = dataclasses.replace(base[0]["mapping"], m=1)
+    one = dataclasses.replace(base[0]["mapping"], groups_per_column=1)
     if all(c["mapping"] != one or c["params"] != base[0]["params"] for c in base + extra):
         extra.append({"params": base[0]["params"], "mapping": one,
                       "predicted_us": predict(base[0]["params"], one)})

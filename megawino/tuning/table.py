@@ -50,7 +50,9 @@ ENTRY_FIELDS = {
     "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
 }
 SPEC_FIELDS = ("N", "C", "K", "H", "W")
-MAPPING_FIELDS = tuple(f.name for f in dataclasses.fields(MappingParams))
+# A table entry's "mapping" keys are the paper's names (DIG, DGO, M); MappingParams spells M out.
+MAPPING_KEYS = {"dig": "dig", "dgo": "dgo", "m": "groups_per_column"}
+MAPPING_FIELDS = tuple(MAPPING_KEYS)
 PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
 
 
@@ -118,6 +120,15 @@ def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
             raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r}")
 
 
+def mapping_from_entry(obj: dict) -> MappingParams:
+    """The MappingParams of a table entry's ``mapping`` object (keys checked by the caller)."""
+    return MappingParams(**{MAPPING_KEYS[key]: value for key, value in obj.items()})
+
+
+def mapping_to_entry(mapping: MappingParams) -> dict:
+    return {key: getattr(mapping, field) for key, field in MAPPING_KEYS.items()}
+
+
 def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams]:
     """The layer, task and mapping parameters of table entry ``key``, or a ValueError (one line,
     naming the entry) when the entry does not follow the schema."""
@@ -132,7 +143,7 @@ def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams
         if shape != entry["spec"]:
             raise ValueError(f"'spec' {entry['spec']} is not the key's shape {shape}")
         params = TaskParams(**entry["params"])
-        mapping = MappingParams(**entry["mapping"])
+        mapping = mapping_from_entry(entry["mapping"])
         check_size(spec, params)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
@@ -211,7 +222,7 @@ def write_table(path, table: dict) -> pathlib.Path:
 
 
 def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> MappingParams:
-    return MappingParams(dig=workers, dgo=workers, m=min(4, layout.num_groups))
+    return MappingParams(dig=workers, dgo=workers, groups_per_column=min(4, layout.num_groups))
 
 
 def entry_params(entry: dict, spec: LayerSpec) -> tuple[TaskParams, MappingParams]:
@@ -219,7 +230,7 @@ def entry_params(entry: dict, spec: LayerSpec) -> tuple[TaskParams, MappingParam
     # A borrowed GEMM K width may not fit a layer with fewer output channels.
     k_stride = round_up(spec.K, K_ALIGN)
     params["gemm_k_per_task"] = min(params["gemm_k_per_task"], k_stride)
-    return TaskParams(**params), MappingParams(**entry["mapping"])
+    return TaskParams(**params), mapping_from_entry(entry["mapping"])
 
 
 def _shape_distance(spec: LayerSpec, entry: dict) -> float:
@@ -280,9 +291,9 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
             # hold outputs back until most GEMMs are through, which suits layers with short
             # transform tasks); M from no filter reuse to 8.
             waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
-            for dig, dgo, group_m in itertools.product(waves, waves, (1, 4, 8)):
-                if group_m <= groups:
-                    yield params, MappingParams(dig, dgo, group_m)
+            for dig, dgo, per_column in itertools.product(waves, waves, (1, 4, 8)):
+                if per_column <= groups:
+                    yield params, MappingParams(dig, dgo, per_column)
 
 
 def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: MappingParams,
@@ -294,6 +305,6 @@ def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: Mappi
         "name": spec.name,
         "spec": {k: getattr(spec, k) for k in ("N", "C", "K", "H", "W")},
         "params": dataclasses.asdict(params),
-        "mapping": dataclasses.asdict(mapping),
+        "mapping": mapping_to_entry(mapping),
         **measured,
     }
