@@ -346,7 +346,7 @@ class Bench:
         if launch is None:
             raise NotAvailable("the non-fused plan exposes no launch_stage")
         from megawino.core.tasks import TaskType
-        lay = plan.layout
+        lay = plan.task_layout
         per_set = 4 * (lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride)
                                      + lay.c_stride * lay.k_stride))
         n = rotation_sets(per_set, self.l2, min_sets=1, budget_bytes=self._budget())

@@ -515,11 +515,11 @@ def _fake_runtime(wrap, broken=False):
                 raise RuntimeError("NVRTC compile failed")
             assert gemm_math in ("3xtf32", "ffma")
             self.spec, self.algo = spec, algo
-            self.layout = Layout(spec, default_params(spec))
+            self.task_layout = Layout(spec, default_params(spec))
             rng = np.random.default_rng(1)
-            self.U = wrap(rng.standard_normal(self.layout.u_shape, dtype=np.float32))
-            self.V = wrap(rng.standard_normal(self.layout.v_shape, dtype=np.float32))
-            self.M = wrap(np.full(self.layout.m_shape, np.nan, np.float32))
+            self.U = wrap(rng.standard_normal(self.task_layout.u_shape, dtype=np.float32))
+            self.V = wrap(rng.standard_normal(self.task_layout.v_shape, dtype=np.float32))
+            self.M = wrap(np.full(self.task_layout.m_shape, np.nan, np.float32))
             self.blocks_per_sm, self.grid, self.checks = 2, 8, 0
 
         def __call__(self, x, w, out=None, check=True):

@@ -79,7 +79,7 @@ def main(argv=None):
         stage_us = {}
         for t, arr in ((TaskType.FILTER, w), (TaskType.INPUT, x), (TaskType.OUTPUT, y_nf)):
             stage_us[t.name] = events_median(lambda: nf.launch_stage(t, arr), reps=max(5, args.reps // 2))
-        lay = mega.layout
+        lay = mega.task_layout
         gemm_flop = 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride
         err = None
         if args.torch_check:

@@ -89,7 +89,7 @@ class _Workspace:
     """Scratch of one plan on one stream: V, M, an own U, counters, state, parameter blocks."""
 
     def __init__(self, plan: "Plan", capturing: bool):
-        lay = plan.layout
+        lay = plan.task_layout
         self.pinned = plan.pinned
         self.created_in_capture = capturing
         self.U = workspace.alloc(lay.u_shape, np.float32)
@@ -173,7 +173,7 @@ class Plan:
             mapping = chosen_mapping if mapping is None else mapping
         self.params = params
         self.graph = build_graph(spec, self.params)
-        self.layout = self.graph.layout
+        self.task_layout = self.graph.layout   # buffers, task counts, counters (spec.layout: NCHW / NHWC)
         # Validate the mapping on the host before anything is allocated or launched.
         self.order = resolve_order(self.graph, mapping)
         self._full = _Variant(self.graph, self.order)
@@ -222,7 +222,7 @@ class Plan:
         return self.workspace().M
 
     def param_values(self, ws: _Workspace, variant: _Variant, U) -> np.ndarray:
-        spec, lay, par = self.spec, self.layout, self.params
+        spec, lay, par = self.spec, self.task_layout, self.params
         values = {
             "U": U.data.ptr, "V": ws.V.data.ptr, "Mbuf": ws.M.data.ptr,
             "records": variant.records.data.ptr, "mapping": variant.mapping.data.ptr,
@@ -266,8 +266,8 @@ class Plan:
             if weight_token is None:
                 U, prepared = ws.U, False
             else:
-                entry = weights.CACHE.get(("winograd", self.device, weight_token, self.layout.u_shape),
-                                          self.layout.u_shape)
+                entry = weights.CACHE.get(("winograd", self.device, weight_token, self.task_layout.u_shape),
+                                          self.task_layout.u_shape)
                 U, prepared = entry.array, entry.ready and not capturing
                 entry.pinned = entry.pinned or capturing
                 if prepared:
@@ -345,8 +345,8 @@ class Plan:
         """Make one counter unreachable (need + 1) for the current stream's next launch only:
         its waiters time out and the watchdog fires."""
         if isinstance(counter_index, bool) or not isinstance(counter_index, (int, np.integer)) \
-                or not 0 <= int(counter_index) < self.layout.num_counters:
-            raise ValueError(f"counter index {counter_index!r} outside 0..{self.layout.num_counters - 1}")
+                or not 0 <= int(counter_index) < self.task_layout.num_counters:
+            raise ValueError(f"counter index {counter_index!r} outside 0..{self.task_layout.num_counters - 1}")
         self.workspace().state[abi.state_offset("BREAK")] = int(counter_index)
 
     def __repr__(self) -> str:
