@@ -5,6 +5,9 @@ modules both ways)."""
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -147,3 +150,65 @@ def test_the_layer_check_catches_an_upward_or_sideways_import():
 def test_no_module_left_at_the_top_level_but_the_entry_points():
     top = {path.name for path in PACKAGE_DIR.glob("*.py")}
     assert top == {"__init__.py", "__main__.py", "runtime.py"}
+
+
+REPO_DIR = PACKAGE_DIR.parent
+DOTTED_STRING = re.compile(r"""["'](megawino(?:\.[A-Za-z_]\w*)+)["']""")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a megawino module or a name inside one (megawino modules import
+    without CuPy, so this runs anywhere; a module that needs an absent third-party package counts
+    as resolved)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name and not err.name.startswith("megawino"):
+                return True
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def megawino_references(path: Path):
+    """(line, dotted name) of every megawino import in ``path``, function-level and relative ones
+    included, and of every quoted ``"megawino.x.y"`` (monkeypatch targets, ``-m`` commands)."""
+    text = path.read_text(encoding="utf-8")
+    inside = PACKAGE_DIR in path.parents
+    name = module_name(path) if inside else ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(text, str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - (node.level - 1)] + ([base] if base else []))
+            if base.startswith("megawino"):
+                yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names if alias.name.startswith("megawino"))
+    for match in DOTTED_STRING.finditer(text):
+        if not match.group(1).startswith(("megawino._cuda", "megawino._mapping")):   # package data
+            yield text.count("\n", 0, match.start()) + 1, match.group(1)
+
+
+def test_every_megawino_reference_resolves():
+    """GPU code paths, GPU tests and bench scripts do not run on a CPU machine; a name they import
+    from a moved or renamed module must still fail here."""
+    files = [path for folder in ("megawino", "tests", "bench") for path in sorted((REPO_DIR / folder).rglob("*.py"))
+             if path != Path(__file__).resolve()]
+    refs = [(path, line, name) for path in files for line, name in megawino_references(path)]
+    assert len(refs) > 100
+    broken = [f"{path.relative_to(REPO_DIR)}:{line}: {name}" for path, line, name in refs
+              if not _resolves(name)]
+    assert not broken, "\n".join(broken)
+    assert not _resolves("megawino.core.tasks.NoSuchName") and not _resolves("megawino.tuning.choose")
