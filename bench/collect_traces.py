@@ -5,7 +5,7 @@ the shipped tuned table, the sequential mapping) this runs the megakernel with t
 ``--traces`` times and times it untraced (median of CUDA events, rotated inputs).  One
 ``.npz`` per layer and choice holds the raw per-ticket trace records (smid, fetch, start,
 end in ns), the ticket order, the task parameters and the untraced times, so the
-simulator can be fitted and checked on a CPU (``megawino.simulator``).
+simulator can be fitted and checked on a CPU (``megawino.schedule.simulator``).
 
 ``python bench/collect_traces.py --out DIR [--layers a,b] [--batch 64] [--traces 3]``
 """
@@ -22,10 +22,10 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino import tuning  # noqa: E402
-from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.task_sizes import default_params  # noqa: E402
-from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
+from megawino.tuning import table as tuning  # noqa: E402
+from megawino.core.suite import load_suite, select_specs  # noqa: E402
+from megawino.core.task_sizes import default_params  # noqa: E402
+from megawino.gpu.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 
 def choices(spec):

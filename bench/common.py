@@ -19,7 +19,7 @@ try:                      # the bench scripts run from a checkout as well as an 
 except ImportError:
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from megawino.timing import (L2_BYTES_DEFAULT, MiB, gpu_rel_l2, gpu_spin, rotation_sets,  # noqa: F401
+from megawino.gpu.timing import (L2_BYTES_DEFAULT, MiB, gpu_rel_l2, gpu_spin, rotation_sets,  # noqa: F401
                              time_cuda, time_cuda_stats)
 
 

@@ -37,7 +37,7 @@ import compare_backends  # noqa: E402
 from common import (CUDNN_ALGOS, find_loaded_library, geomean, json_clean, median,  # noqa: E402
                     ratio, short_error, tflops)
 from compare_backends import layer_record  # noqa: E402
-from megawino.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
+from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
 # The device side is compare_backends.py; these stay reachable as compare.<name>.
 NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entry_for
@@ -95,7 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def select_specs(specs: list, names: list[str] | None, quick: bool) -> list:
     """Layers by exact name or unique substring (:func:`megawino.suite.select_specs`);
     --quick without names: the first 4."""
-    from megawino.suite import select_specs as by_name
+    from megawino.core.suite import select_specs as by_name
     if names:
         return by_name(specs, names)
     return specs[:4] if quick else list(specs)
@@ -276,7 +276,7 @@ def import_megawino():
 def main(argv=None) -> int:
     args = parse_args(argv)
     import_megawino()
-    from megawino.suite import load_suite
+    from megawino.core.suite import load_suite
     specs = select_specs(load_suite(args.suite_file, suite=args.suite, batch=args.batch,
                                     layout=args.layout), args.layer_names, args.quick)
     primary = PRIMARY[args.suite]

@@ -20,9 +20,9 @@ if str(BENCH_DIR) not in sys.path:
 
 from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
                     free_gpu_memory, git_commit, gpu_rel_l2, rotation_sets, short_error, time_cuda_stats)
-from megawino.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
-from megawino.task_sizes import default_params  # noqa: E402
-from megawino.tasks import Layout  # noqa: E402
+from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
+from megawino.core.task_sizes import default_params  # noqa: E402
+from megawino.core.tasks import Layout  # noqa: E402
 
 
 def layer_record(spec, layout=None) -> dict:
@@ -162,7 +162,7 @@ class Bench:
         if ref.get("cudnn") is not None:
             entry["rel_err_vs_cudnn"] = gpu_rel_l2(y_nchw, ref["cudnn"])
         if ref.get("f64") is not None:
-            from megawino.winograd import rel_l2
+            from megawino.core.winograd import rel_l2
             entry["rel_err_vs_f64"] = rel_l2(cp.asnumpy(y_nchw[0:1]), ref["f64"])
         errs = [entry.get("rel_err_vs_cudnn"), entry.get("rel_err_vs_f64")]
         errs = [e for e in errs if e is not None]
@@ -242,7 +242,7 @@ class Bench:
         return {"what": "torch cuDNN float32 NCHW output on input set 0"}
 
     def _reference_f64(self, spec, st) -> dict:
-        from megawino.winograd import direct_conv_nchw
+        from megawino.core.winograd import direct_conv_nchw
         x0 = self._to_nchw(st["xs"][0][0:1], spec.layout)
         t0 = time.perf_counter()
         st["ref"]["f64"] = direct_conv_nchw(self.cp.asnumpy(x0).astype("float64"),
@@ -250,7 +250,7 @@ class Bench:
                                             spec.stride, spec.padding)
         out = {"what": "float64 CPU direct_conv_nchw, image 0", "cpu_s": time.perf_counter() - t0}
         if st["ref"].get("cudnn") is not None:
-            from megawino.winograd import rel_l2
+            from megawino.core.winograd import rel_l2
             out["cudnn_rel_err_vs_f64"] = rel_l2(self.cp.asnumpy(st["ref"]["cudnn"][0:1]), st["ref"]["f64"])
         return out
 
@@ -345,8 +345,8 @@ class Bench:
         launch = getattr(plan, "launch_stage", None)
         if launch is None:
             raise NotAvailable("the non-fused plan exposes no launch_stage")
-        from megawino.tasks import TaskType
-        lay = plan.layout
+        from megawino.core.tasks import TaskType
+        lay = plan.task_layout
         per_set = 4 * (lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride)
                                      + lay.c_stride * lay.k_stride))
         n = rotation_sets(per_set, self.l2, min_sets=1, budget_bytes=self._budget())

@@ -1,5 +1,5 @@
 """A YOLOv3-style network in PyTorch: the Darknet-53 backbone and the three detection heads of
-yolov3.cfg (the layer shapes of ``megawino.networks.yolov3``), randomly initialised; no weights
+yolov3.cfg (the layer shapes of ``megawino.core.networks.yolov3``), randomly initialised; no weights
 are downloaded.
 
 Every convolution but the detection ones is conv (no bias) + BatchNorm + LeakyReLU(0.1); the

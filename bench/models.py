@@ -166,7 +166,7 @@ def host_overhead(calls: int) -> list[dict]:
     import megawino
     import megawino.torch as mwt
     from megawino import runtime
-    from megawino.timing import host_time_per_call
+    from megawino.gpu.timing import host_time_per_call
     from megawino.torch.gpu import weight_token
     n, c, k, h, w = OVERHEAD_SHAPE
     x = torch.randn(n, c, h, w, device="cuda")

@@ -19,7 +19,7 @@ step() {   # step NAME COMMAND...: run, keep the log, print its tail
 for what in "$@"; do
   case $what in
     tests)   step gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py tests/test_gpu_direct.py tests/test_gpu_reliability.py ;;
-    direct)  step direct-tune python3 -m megawino.direct_tune --suite direct --batch 64 --budget "${DIRECT_BUDGET:-120}" ;;
+    direct)  step direct-tune python3 -m megawino.tuning.direct --suite direct --batch 64 --budget "${DIRECT_BUDGET:-120}" ;;
     tune)    step tune python3 -m megawino tune suite --budget "${TUNE_BUDGET:-300}" ;;
     compare) step compare python3 bench/compare.py --out "$out/h100.json" ;;
     compare-direct) step compare-direct python3 bench/compare.py --suite direct --out "$out/h100-direct.json" ;;

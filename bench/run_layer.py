@@ -14,7 +14,7 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.suite import load_suite  # noqa: E402
+from megawino.core.suite import load_suite  # noqa: E402
 from megawino.sweep import random_inputs  # noqa: E402
 
 

@@ -21,10 +21,10 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.spec import LayerSpec  # noqa: E402
-from megawino.tasks import TaskParams  # noqa: E402
-from megawino.winograd import direct_conv_nchw, rel_l2  # noqa: E402
-from megawino.call_checks import ENV_WATCHDOG  # noqa: E402
+from megawino.core.spec import LayerSpec  # noqa: E402
+from megawino.core.tasks import TaskParams  # noqa: E402
+from megawino.core.winograd import direct_conv_nchw, rel_l2  # noqa: E402
+from megawino.gpu.call_checks import ENV_WATCHDOG  # noqa: E402
 
 SANITIZER_WATCHDOG_S = "600"
 # Relative L2 error that says the run did its work (the tests hold tighter bounds; here the
@@ -57,7 +57,7 @@ def run_case(case, rng) -> float:
     """Relative L2 error of the second of two launches against float64."""
     import cupy
     import megawino
-    from megawino.task_sizes import default_params
+    from megawino.core.task_sizes import default_params
     spec, algo, m, params, gemm_math = case
     params = params if params is not None else default_params(spec, m)
     plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math)

@@ -2,7 +2,7 @@
 
 For every layer with traces from ``bench/collect_traces.py`` (``DIR/index.json`` and one
 ``.npz`` per layer and mapping choice) this calibrates the cost model on the heuristic
-choice's traces exactly as the tuner does (``megawino.tune.calibrate_on_traces``), then
+choice's traces exactly as the tuner does (``megawino.tuning.search.calibrate_on_traces``), then
 simulates the heuristic (in-sample), the tuned and the sequential mapping (out-of-sample:
 the same calibrated model, other mappings and task sizes) and compares each with the
 median makespan of that choice's traces.
@@ -22,11 +22,11 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.simulator import simulate  # noqa: E402
-from megawino.spec import parse_shape  # noqa: E402
-from megawino.task_sizes import build_graph  # noqa: E402
-from megawino.tasks import TaskParams  # noqa: E402
-from megawino.tune import calibrate_on_traces  # noqa: E402
+from megawino.schedule.simulator import simulate  # noqa: E402
+from megawino.core.spec import parse_shape  # noqa: E402
+from megawino.core.task_sizes import build_graph  # noqa: E402
+from megawino.core.tasks import TaskParams  # noqa: E402
+from megawino.tuning.search import calibrate_on_traces  # noqa: E402
 
 CHOICES = ("heuristic", "tuned", "sequential")
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / ".mwdata" / "traces"

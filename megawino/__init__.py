@@ -6,13 +6,13 @@ first use of :func:`conv2d` / :func:`plan`, the CPU executor on first use of
 """
 from __future__ import annotations
 
-from .spec import LayerSpec, parse_shape
+from .core.spec import LayerSpec, parse_shape
 
 __version__ = "0.1.0"     # the one place the version is written (pyproject.toml reads it)
 
 # Lazy exports: name -> the module that defines it (imported on first access).
 _LAZY = {"conv2d": "runtime", "plan": "runtime", "Plan": "runtime", "gpu_available": "runtime",
-         "synchronize": "runtime", "clear_cache": "runtime", "conv2d_cpu": "executor"}
+         "synchronize": "runtime", "clear_cache": "runtime", "conv2d_cpu": "cpu.executor"}
 
 __all__ = ["LayerSpec", "parse_shape", "__version__", *_LAZY]
 

@@ -1,11 +1,11 @@
 """GPU runtime entry points: :func:`plan`, :func:`conv2d`, :func:`synchronize`.
 
-* :func:`plan` makes a reusable plan for one layer shape (megawino.winograd_plan.Plan for the Winograd
+* :func:`plan` makes a reusable plan for one layer shape (megawino.gpu.winograd_plan.Plan for the Winograd
   algos, megawino.direct.plan.DirectPlan for the direct path).
 * :func:`conv2d` validates its arguments, picks the algorithm (``"auto"``: the fastest of the
   megakernel, the non-fused kernels and the direct path, measured once per shape and GPU:
-  megawino.algo_choice) and runs a cached plan, asynchronously on CuPy's current stream.
-  NumPy inputs run the CPU reference path (megawino.executor.conv2d_cpu).
+  megawino.gpu.algo_choice) and runs a cached plan, asynchronously on CuPy's current stream.
+  NumPy inputs run the CPU reference path (megawino.cpu.executor.conv2d_cpu).
 * Plans are cached per (device, shape, algorithm, GEMM arithmetic) in a thread-safe LRU of
   ``MEGAWINO_PLAN_CACHE`` entries (default 512: DenseNet-161 alone has 86 conv shapes), never
   evicting a plan a captured CUDA graph uses; :func:`clear_cache` frees plans and prepared
@@ -20,16 +20,16 @@ import threading
 
 import numpy as np
 
-from . import algo_choice, weights
-from .algo_choice import choose_fastest
-from .nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
-from .call_checks import check_out, env_number, ready_arrays
+from .gpu import algo_choice, weights
+from .gpu.algo_choice import choose_fastest
+from .gpu.nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
+from .gpu.call_checks import check_out, env_number, ready_arrays
 from .direct.plan import DirectPlan
-from .winograd_plan import Plan, WatchdogError, synchronize
-from .resources import cuda_dir, source_hash
-from .spec import LayerSpec
-from .tasks import TaskParams
-from .workspace import set_allocator
+from .gpu.winograd_plan import Plan, WatchdogError, synchronize
+from .core.resources import cuda_dir, source_hash
+from .core.spec import LayerSpec
+from .core.tasks import TaskParams
+from .gpu.workspace import set_allocator
 
 __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "choose_fastest",
            "choose_algo", "Plan", "DirectPlan", "WatchdogError", "gpu_available", "cuda_dir",
@@ -42,7 +42,7 @@ ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
 
 def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    from .tuning import current_gpu_key
+    from .tuning.table import current_gpu_key
     return current_gpu_key()
 
 
@@ -164,7 +164,7 @@ def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH, prepared_we
 
 
 def _conv_cpu(x, w, stride, padding, algo, layout, gemm_math, out):
-    from .executor import conv2d_cpu
+    from .cpu.executor import conv2d_cpu
     if out is not None:
         raise ValueError("out= is not supported on the CPU reference path")
     if stride != 1 or w.shape[2:] != (3, 3):

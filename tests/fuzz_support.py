@@ -7,10 +7,10 @@ import types
 
 import numpy as np
 
-from megawino import winograd
-from megawino.spec import LAYOUTS, LayerSpec
-from megawino.tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, TRANSFORM_MIN_TILES, TaskParams, round_up
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.core import winograd
+from megawino.core.spec import LAYOUTS, LayerSpec
+from megawino.core.tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, TRANSFORM_MIN_TILES, TaskParams, round_up
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
 # Roundings of one output besides its C-term reduction: the filter (6), input (2 x 6) and

@@ -20,9 +20,9 @@ sys.path.insert(0, str(BENCH))
 
 import common  # noqa: E402
 import compare  # noqa: E402
-from megawino.spec import LayerSpec  # noqa: E402
-from megawino.task_sizes import default_params  # noqa: E402
-from megawino.tasks import Layout  # noqa: E402
+from megawino.core.spec import LayerSpec  # noqa: E402
+from megawino.core.task_sizes import default_params  # noqa: E402
+from megawino.core.tasks import Layout  # noqa: E402
 
 MiB = 1 << 20
 
@@ -61,7 +61,7 @@ def test_rotation_sets():
 
 def test_rotation_sets_cover_the_suite():
     """Every suite layer at batch 64: the sets together exceed 3x the L2 or number 64."""
-    from megawino.suite import load_suite
+    from megawino.core.suite import load_suite
     specs = load_suite(suite="winograd", batch=64)     # the suite ships in the package
     assert len(specs) == 18
     for spec in specs:
@@ -473,7 +473,7 @@ def _fake_cupy():
 
 def _fake_torch():
     import types
-    from megawino.winograd import direct_conv_nchw
+    from megawino.core.winograd import direct_conv_nchw
 
     class T:
         def __init__(self, a):
@@ -506,8 +506,8 @@ def _fake_torch():
 
 def _fake_runtime(wrap, broken=False):
     import types
-    from megawino.tasks import TaskType
-    from megawino.winograd import direct_conv_nchw
+    from megawino.core.tasks import TaskType
+    from megawino.core.winograd import direct_conv_nchw
 
     class Plan:
         def __init__(self, spec, algo, gemm_math="3xtf32"):
@@ -515,11 +515,11 @@ def _fake_runtime(wrap, broken=False):
                 raise RuntimeError("NVRTC compile failed")
             assert gemm_math in ("3xtf32", "ffma")
             self.spec, self.algo = spec, algo
-            self.layout = Layout(spec, default_params(spec))
+            self.task_layout = Layout(spec, default_params(spec))
             rng = np.random.default_rng(1)
-            self.U = wrap(rng.standard_normal(self.layout.u_shape, dtype=np.float32))
-            self.V = wrap(rng.standard_normal(self.layout.v_shape, dtype=np.float32))
-            self.M = wrap(np.full(self.layout.m_shape, np.nan, np.float32))
+            self.U = wrap(rng.standard_normal(self.task_layout.u_shape, dtype=np.float32))
+            self.V = wrap(rng.standard_normal(self.task_layout.v_shape, dtype=np.float32))
+            self.M = wrap(np.full(self.task_layout.m_shape, np.nan, np.float32))
             self.blocks_per_sm, self.grid, self.checks = 2, 8, 0
 
         def __call__(self, x, w, out=None, check=True):

@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from megawino import sweep, tuning
+from megawino import sweep
+from megawino.tuning import table as tuning
 from megawino.cli import mapping as cli_mapping
 from megawino.cli import _strip_lines, main, resolve_layer
-from megawino.mapping import MappingParams, build_interleaved
-from megawino.networks import find_layer, network_layers
-from megawino.task_sizes import build_graph
-from megawino.tasks import TaskType
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.schedule.mapping import MappingParams, build_interleaved
+from megawino.core.networks import find_layer, network_layers
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import TaskType
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -352,7 +353,7 @@ def test_mapping_defaults_come_from_the_table(capsys, monkeypatch):
 
 def test_gpu_sweep_table_with_cudnn_fits_80_columns():
     from megawino.cli.sweep import sweep_table
-    from megawino.networks import network_layers
+    from megawino.core.networks import network_layers
     layers = network_layers("densenet161", 8, winograd_only=False)[-3:] + \
         network_layers("resnet50", 8)[:2]
     rows = [sweep.LayerResult(l.name, l.spec, l.count, "gpu-direct" if not l.spec.winograd_eligible

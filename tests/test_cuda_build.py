@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from megawino.resources import cuda_dir
+from megawino.core.resources import cuda_dir
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
@@ -62,7 +62,7 @@ def test_compiles_without_spills(source, defines, tmp_path):
 
 
 def test_params_struct_is_generated_from_abi():
-    from megawino import abi
+    from megawino.core import abi
     text = (cuda_dir() / "generated_tasks.cuh").read_text()
     body = text[text.index("struct Params"):]
     body = body[body.index("{") + 1:body.index("};")]

@@ -15,9 +15,9 @@ from megawino.direct import (DEFAULT_CONFIG, H100, DirectConfig, Hardware, all_c
                              build_table, candidate_configs, conv2d_direct, emulate_direct,
                              flush_terms, heuristic_config, pack_weights, predict_us, rank,
                              resource_ok, structural_ok)
-from megawino.suite import load_suite
-from megawino.spec import LayerSpec
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.core.suite import load_suite
+from megawino.core.spec import LayerSpec
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 
 def _suite(batch, layout="NCHW"):
@@ -210,7 +210,7 @@ def test_gpu_slug():
 
 
 def test_tune_layers_with_fake_timer(tmp_path):
-    from megawino.direct_tune import tune_layers
+    from megawino.tuning.direct import tune_layers
 
     specs = _suite(64)[:3]
     calls = []
@@ -380,7 +380,7 @@ def test_conv2d_direct_rejects_huge_tensors():
 
 
 def test_no_cuda_at_import():
-    code = ("import sys; import megawino.direct, megawino.direct_tune; "
+    code = ("import sys; import megawino.direct, megawino.tuning.direct; "
             "assert 'cupy' not in sys.modules, 'cupy imported'")
     subprocess.run([__import__("sys").executable, "-c", code], check=True, cwd="/")
 

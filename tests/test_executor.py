@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from megawino import executor
-from megawino.mapping import interleaved_mapping, sequential_mapping
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.cpu import executor
+from megawino.schedule.mapping import interleaved_mapping, sequential_mapping
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import GEMM_BLOCK_ROWS, TaskParams
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 
 def run_case(spec, params, seed=0, order_fn=None):

@@ -16,10 +16,11 @@ import pytest
 from rich.console import Console
 
 import megawino
-from megawino import executor, sweep_cpu
+from megawino.cpu import executor
+from megawino.sweep import cpu as sweep_cpu
 from megawino.cli import main
-from megawino.spec import LayerSpec
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.core.spec import LayerSpec
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def test_cpu_paths_work_without_cupy(tmp_path):
         import numpy as np
         import megawino
         from megawino.cli import main
-        from megawino.winograd import direct_conv_nchw, rel_l2
+        from megawino.core.winograd import direct_conv_nchw, rel_l2
         assert megawino.gpu_available() is False
         rng = np.random.default_rng(5)
         x = rng.standard_normal((2, 6, 11, 9), dtype=np.float32)
@@ -204,7 +205,7 @@ def test_cpu_sweep_estimate_and_yes(monkeypatch, capsys):
 
 
 def test_estimate_scales_with_the_batch():
-    from megawino.networks import find_layer
+    from megawino.core.networks import find_layer
     small = sweep_cpu.layer_peak_bytes(find_layer("vgg16.conv1_2", 8))
     large = sweep_cpu.layer_peak_bytes(find_layer("vgg16.conv1_2", 64))
     assert small < large < 4 << 30
@@ -272,7 +273,7 @@ def test_unexpected_errors_one_line_and_debug(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr("megawino.networks.network_layers", broken)
+    monkeypatch.setattr("megawino.core.networks.network_layers", broken)
     assert main(["layers", "vgg16"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unexpected RuntimeError: something broke" in err
@@ -286,7 +287,7 @@ def test_unexpected_errors_one_line_and_debug(monkeypatch, capsys):
                              "Permission denied: /x.json")):
         def raising(*args, exc=exc, **kwargs):
             raise exc
-        monkeypatch.setattr("megawino.networks.network_layers", raising)
+        monkeypatch.setattr("megawino.core.networks.network_layers", raising)
         assert main(["layers", "vgg16"]) == code
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and text in err
@@ -327,7 +328,7 @@ def test_console_without_utf8_gets_ascii(argv):
 def test_suite_ships_with_the_package(tmp_path):
     """The suite loads from a directory with no shared/ beside it (and matches shared/'s
     copy where there is one)."""
-    code = ("from megawino.suite import load_suite, suite_path; "
+    code = ("from megawino.core.suite import load_suite, suite_path; "
             "print(len(load_suite()), len(load_suite(suite='direct')), suite_path())")
     env = _env()
     env.pop("MEGAWINO_SUITE", None)

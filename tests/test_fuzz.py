@@ -21,8 +21,9 @@ from fuzz_support import (float32_bound_violation, random_inputs, random_layer, 
                           to_nchw)
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from megawino import executor, mapping as mapping_mod
-from megawino.task_sizes import build_graph
+from megawino.cpu import executor
+from megawino.schedule import mapping as mapping_mod
+from megawino.core.task_sizes import build_graph
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

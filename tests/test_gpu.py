@@ -10,11 +10,13 @@ import zlib
 import numpy as np
 import pytest
 
-from megawino import executor, mapping as mapping_mod, suite
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph, default_params
-from megawino.tasks import TaskParams
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.cpu import executor
+from megawino.schedule import mapping as mapping_mod
+from megawino.core import suite
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph, default_params
+from megawino.core.tasks import TaskParams
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 pytestmark = pytest.mark.gpu
 
@@ -274,7 +276,7 @@ def test_watchdog_fires_and_recovers():
     spec = LayerSpec(2, 32, 32, 16, 16)
     x, w, xd, wd = _inputs(spec, 4)
     p = megawino.plan(spec, timeout_s=2.0)
-    p._debug_break_counter(p.layout.counter_inputs_done(0))
+    p._debug_break_counter(p.task_layout.counter_inputs_done(0))
     t0 = time.perf_counter()
     p(xd, wd)                         # asynchronous: the report comes at the next check
     # The first waiter to time out wins: a GEMM of group 0 (on counter 1) or an

@@ -10,9 +10,9 @@ import pytest
 
 from megawino import direct
 from megawino.direct import conv2d_direct, flush_terms, heuristic_config
-from megawino.suite import load_suite
-from megawino.spec import LayerSpec
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.core.suite import load_suite
+from megawino.core.spec import LayerSpec
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 pytestmark = pytest.mark.gpu
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from fuzz_support import float32_bound_violation, random_inputs, random_layer, random_topological_order, to_nchw
 
-from megawino import abi, mapping as mapping_mod
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
+from megawino.core import abi
+from megawino.schedule import mapping as mapping_mod
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
 
 pytestmark = pytest.mark.gpu
 

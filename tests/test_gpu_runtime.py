@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from megawino.spec import LayerSpec
-from megawino.winograd import direct_conv_nchw, rel_l2
+from megawino.core.spec import LayerSpec
+from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 pytestmark = pytest.mark.gpu
 
@@ -91,7 +91,7 @@ def test_watchdog_under_check_false_surfaces_at_the_next_synchronize_only():
     x, w, xd, wd = _case(spec, 7)
     p = megawino.plan(spec, timeout_s=0.5)
     good = cp.full(spec.output_shape, np.nan, dtype=cp.float32)
-    p._debug_break_counter(p.layout.counter_inputs_done(0))
+    p._debug_break_counter(p.task_layout.counter_inputs_done(0))
     p(xd, wd, check=False)                     # fires
     cp.cuda.Device().synchronize()             # its status has landed ...
     p(xd, wd, out=good, check=False)           # ... yet check=False calls do not report it
@@ -101,7 +101,7 @@ def test_watchdog_under_check_false_surfaces_at_the_next_synchronize_only():
     p.check()
     assert rel_l2(good.get(), direct_conv_nchw(x, w, 1, 1)) < 3e-6   # the later call was good
     # With check=True (the default) the next call of the plan reports it, naming that launch.
-    p._debug_break_counter(p.layout.counter_inputs_done(0))
+    p._debug_break_counter(p.task_layout.counter_inputs_done(0))
     p(xd, wd, check=False)
     cp.cuda.Device().synchronize()
     with pytest.raises(RuntimeError, match=r"launch 3: ticket"):

@@ -10,7 +10,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import megawino  # noqa: E402
 import megawino.torch as mwt  # noqa: E402
-from megawino.spec import LayerSpec  # noqa: E402
+from megawino.core.spec import LayerSpec  # noqa: E402
 from megawino.torch import functional, gpu  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from megawino.mapping import (MappingError, MappingParams, build_interleaved,
+from megawino.schedule.mapping import (MappingError, MappingParams, build_interleaved,
                               dependency_distances, sequential_equivalent, sequential_mapping,
                               validate_mapping)
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import GEMM_BLOCK_ROWS, TaskParams, TaskType
 
 
 def random_case(rng):
@@ -51,7 +51,7 @@ def test_interleaved_properties(seed):
     assert (tickets[short_gemm] > last_input).all()
     assert (tickets[short_out] > last_gemm).all()
     # the M GEMM tasks that share filter matrix j (same block of M groups) are adjacent
-    m = min(mp.m, graph.layout.num_groups)
+    m = min(mp.groups_per_column, graph.layout.num_groups)
     rec = graph.records[order]
     gemm_tickets = np.flatnonzero(types == TaskType.GEMM)
     col = (rec[gemm_tickets, 1] // m) * graph.layout.gemms_per_group + rec[gemm_tickets, 2]
@@ -70,7 +70,7 @@ def test_body_proportions_follow_task_counts():
     body = types[first_out:last_in]
     total = lay.inputs_per_group + lay.gemms_per_group + lay.outputs_per_group
     expect = np.array([lay.inputs_per_group, lay.gemms_per_group, lay.outputs_per_group]) / total
-    window = 4 * mp.m * total
+    window = 4 * mp.groups_per_column * total
     assert body.size > 2 * window
     for start in range(0, body.size - window, window):
         part = body[start:start + window]
@@ -90,7 +90,7 @@ def test_sequential_is_fig3a():
 def test_sequential_equivalent_reproduces_the_sequential_order(seed):
     graph, _ = random_case(np.random.default_rng(1000 + seed))
     params = sequential_equivalent(graph)
-    assert params is not None and params.m == 1
+    assert params is not None and params.groups_per_column == 1
     assert np.array_equal(build_interleaved(graph, params).order, sequential_mapping(graph))
 
 
@@ -110,15 +110,15 @@ def test_validator_names_first_offending_ticket():
         validate_mapping(graph, np.concatenate([order[:-1], [graph.num_tasks]]))
 
 
-@pytest.mark.parametrize("kw", [dict(dig=-1), dict(dgo=-5), dict(m=0), dict(m=1.5)])
+@pytest.mark.parametrize("kw", [dict(dig=-1), dict(dgo=-5), dict(groups_per_column=0), dict(groups_per_column=1.5)])
 def test_bad_mapping_params(kw):
     with pytest.raises(ValueError):
         MappingParams(**kw)
 
 
-@pytest.mark.parametrize("kw", [dict(dig=2**31), dict(dgo=2**40), dict(m=2**31), dict(dig=True),
-                                dict(dgo="5"), dict(m=None)])
+@pytest.mark.parametrize("kw", [dict(dig=2**31), dict(dgo=2**40), dict(groups_per_column=2**31), dict(dig=True),
+                                dict(dgo="5"), dict(groups_per_column=None)])
 def test_mapping_params_have_int32_bounds(kw):
     with pytest.raises(ValueError, match=r"mapping parameter (DIG|DGO|M) must be"):
         MappingParams(**kw)
-    MappingParams(dig=2**31 - 1, dgo=0, m=2**31 - 1)
+    MappingParams(dig=2**31 - 1, dgo=0, groups_per_column=2**31 - 1)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from megawino.networks import DEFAULT_RESOLUTION, NETWORKS, NetworkLayer, find_layer, network_layers
-from megawino.suite import load_suite
-from megawino.spec import LayerSpec
+from megawino.core.networks import DEFAULT_RESOLUTION, NETWORKS, NetworkLayer, find_layer, network_layers
+from megawino.core.suite import load_suite
+from megawino.core.spec import LayerSpec
 
 PAPER_NETWORKS = ("vgg16", "resnet50", "yolov3", "densenet161")
 
@@ -180,7 +180,7 @@ def test_load_suite_file(tmp_path, monkeypatch):
 
 
 def test_select_specs_by_name_or_unique_substring():
-    from megawino.suite import select_specs
+    from megawino.core.suite import select_specs
     specs = [LayerSpec(1, 8, 8, 8, 8, name=n) for n in ("a.x", "b.x", "c.y")]
     assert [s.name for s in select_specs(specs, "c.y,a.x")] == ["c.y", "a.x"]   # order named
     assert [s.name for s in select_specs(specs, ["b", "b.x"])] == ["b.x"]        # each once

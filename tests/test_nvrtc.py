@@ -6,8 +6,8 @@ import re
 import pytest
 
 import megawino
-from megawino import nvrtc
-from megawino.spec import LayerSpec
+from megawino.gpu import nvrtc
+from megawino.core.spec import LayerSpec
 
 
 @pytest.mark.parametrize("gemm_math, value", [("3xtf32", 1), ("ffma", 0)])

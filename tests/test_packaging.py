@@ -3,7 +3,7 @@ import subprocess
 import sys
 import zipfile
 
-from megawino import resources
+from megawino.core import resources
 
 
 def test_sources_found_through_resources():
@@ -22,7 +22,10 @@ def test_wheel_carries_cuda_sources(tmp_path):
         assert f"megawino/_cuda/{path.name}" in names
     for path in resources.mapping_dir().glob("*.json"):
         assert f"megawino/_mapping/{path.name}" in names
-    assert "megawino/stages/gemm.py" in names
+    package_dir = root / "megawino"
+    modules = {path.relative_to(root).as_posix() for path in package_dir.rglob("*.py")}
+    assert "megawino/core/stages/gemm.py" in modules and len(modules) > 40
+    assert not modules - names, f"modules missing from the wheel (pyproject.toml packages): {modules - names}"
     assert {"megawino/py.typed", "megawino/data/suite_layers.json"} <= names
     import megawino
     dist_info = f"megawino-{megawino.__version__}.dist-info"

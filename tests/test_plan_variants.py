@@ -1,16 +1,17 @@
 """CPU tests of the plan's graph forms: once U is prepared the megakernel runs the graph without
-its filter tasks (megawino.winograd_plan.without_filter_tasks); the CPU executor runs that same task list
+its filter tasks (megawino.gpu.winograd_plan.without_filter_tasks); the CPU executor runs that same task list
 and must give bitwise the output of the full graph."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from megawino import executor, mapping as mapping_mod
-from megawino.winograd_plan import without_filter_tasks
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph, default_params
-from megawino.tasks import TaskType
+from megawino.cpu import executor
+from megawino.schedule import mapping as mapping_mod
+from megawino.gpu.winograd_plan import without_filter_tasks
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph, default_params
+from megawino.core.tasks import TaskType
 
 
 @pytest.mark.parametrize("m", [2, 4])

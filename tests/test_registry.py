@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from megawino import codegen, mapping, task_types
-from megawino.executor import execute
-from megawino.simulator import CostModel, simulate, task_work
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import NO_COUNTER, TASK_RECORD_FIELDS, TaskGraph, TaskParams, TaskType
-from megawino.timeline import render
+from megawino.gpu import codegen
+from megawino.schedule import mapping
+from megawino.core import task_types
+from megawino.cpu.executor import execute
+from megawino.schedule.simulator import CostModel, simulate, task_work
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import NO_COUNTER, TASK_RECORD_FIELDS, TaskGraph, TaskParams, TaskType
+from megawino.schedule.timeline import render
 
 SPEC = LayerSpec(3, 20, 12, 30, 26)
 PARAMS = TaskParams(tiles_per_group=64, input_channels_per_task=8, gemm_k_per_task=8,
@@ -158,7 +160,7 @@ def test_builtin_entries_are_the_task_types():
 
 
 def test_generated_headers_are_current():
-    """cuda/generated_*.cuh must be regenerated (python -m megawino.codegen) after a change of
+    """cuda/generated_*.cuh must be regenerated (python -m megawino.gpu.codegen) after a change of
     the registry, the task record or the ABI."""
     for name, text in codegen.GENERATED.items():
         assert codegen.header_path(name).read_text() == text(), f"cuda/{name} is stale"
@@ -174,8 +176,8 @@ def test_record_and_trace_dtypes_match_the_generated_structs():
     int32 [tasks][8] and int64 [tickets][4], fields in the generated structs' order."""
     import re
 
-    from megawino import abi
-    from megawino.tasks import TASK_RECORD_DTYPE
+    from megawino.core import abi
+    from megawino.core.tasks import TASK_RECORD_DTYPE
     graph = build_graph(SPEC, PARAMS)
     typed = graph.typed_records
     assert typed.base is not None and np.shares_memory(typed, graph.records)
@@ -192,8 +194,8 @@ def test_record_and_trace_dtypes_match_the_generated_structs():
             assert f"__builtin_offsetof({name}, {field}) == {dtype.fields[field][1]}" in header
     rows = np.arange(12, dtype=np.int64).reshape(3, 4).view(abi.TRACE_DTYPE).reshape(-1)
     assert rows["end"].tolist() == [3, 7, 11] and rows["sm"].tolist() == [0, 4, 8]
-    from megawino import nvrtc
-    from megawino.tasks import LANE_CHANNELS
+    from megawino.gpu import nvrtc
+    from megawino.core.tasks import LANE_CHANNELS
     assert f"constexpr int BLOCK_THREADS = {nvrtc.BLOCK_THREADS};" in header
     assert f"constexpr int LANE_CHANNELS = {LANE_CHANNELS};" in header
 
@@ -203,9 +205,9 @@ def test_direct_kernel_arguments_come_from_one_list():
     field of mw_direct::Params, and the launch passes the arguments in that order."""
     import re
 
-    from megawino import abi
+    from megawino.core import abi
     from megawino.direct.kernel import kernel_args
-    from megawino.resources import cuda_dir
+    from megawino.core.resources import cuda_dir
     names = [name for name, _ in abi.DIRECT_KERNEL_ARGS]
     params_struct = (cuda_dir() / "direct_conv.cuh").read_text().split("struct Params {")[1].split("};")[0]
     fields = re.findall(r"\b(\w+)\s*[,;]", re.sub(r"//.*", "", params_struct))

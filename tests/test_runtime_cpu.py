@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import megawino
-from megawino import abi, algo_choice, runtime, weights
-from megawino.winograd import direct_conv_nchw, rel_l2
-from megawino.call_checks import default_timeout_s
+from megawino.core import abi
+from megawino.gpu import algo_choice, weights
+from megawino import runtime
+from megawino.core.winograd import direct_conv_nchw, rel_l2
+from megawino.gpu.call_checks import default_timeout_s
 
 
 def _case(seed=0, n=1, c=3, k=4, h=7, w=6):
@@ -103,7 +105,7 @@ def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
     algo_choice.forget()
     timings = iter([5.0, 3.0, 4.0] * 20)
     monkeypatch.setattr(algo_choice, "measure", lambda c: {n: next(timings) for n in c})
-    monkeypatch.setattr("megawino.workspace.is_capturing", lambda: False)
+    monkeypatch.setattr("megawino.gpu.workspace.is_capturing", lambda: False)
     calls = {"a": 0, "b": 0, "c": 0}
     candidates = {n: (lambda n=n: calls.__setitem__(n, calls[n] + 1)) for n in calls}
     assert algo_choice.choose_fastest("shape-1", candidates) == "b"
@@ -124,7 +126,7 @@ def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
 
 
 def test_status_line_has_the_fired_count_the_ring_reads():
-    from megawino.workspace import StatusRing
+    from megawino.gpu.workspace import StatusRing
     assert abi.STATUS_FIELDS[StatusRing.FIRED] == "FIRED"
     assert len(abi.STATUS_FIELDS) <= abi.STATE_WORDS - abi.state_offset("STATUS")
 
@@ -154,7 +156,7 @@ def test_caches_never_evict_what_a_captured_graph_uses(monkeypatch):
     class FakeArray:
         def __init__(self, nbytes):
             self.nbytes = nbytes
-    monkeypatch.setattr("megawino.workspace.alloc", lambda shape, dtype: FakeArray(600 << 10))
+    monkeypatch.setattr("megawino.gpu.workspace.alloc", lambda shape, dtype: FakeArray(600 << 10))
     monkeypatch.setenv("MEGAWINO_WEIGHT_CACHE_MB", "1")
     store = weights.WeightCache()
     pinned = store.get("w0", (1,))

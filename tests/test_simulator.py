@@ -5,12 +5,12 @@ import time
 import numpy as np
 import pytest
 
-from megawino.simulator import (CostModel, default_workers, expected_overlap, simulate, sm_layout,
+from megawino.schedule.simulator import (CostModel, default_workers, expected_overlap, simulate, sm_layout,
                                 sm_overlap, task_work)
-from megawino.timeline import Timeline
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import LANE_CHANNELS, TaskParams, TaskType
+from megawino.schedule.timeline import Timeline
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import LANE_CHANNELS, TaskParams, TaskType
 
 SMALL = LayerSpec(2, 5, 3, 9, 7)
 MEDIUM = LayerSpec(1, 64, 64, 56, 56)
@@ -76,7 +76,7 @@ def test_sequential_and_random_orders_are_valid(spec, workers):
 
 
 def test_interleaved_mapping_simulates():
-    from megawino import mapping as mp            # written by the lead in parallel
+    from megawino.schedule import mapping as mp            # written by the lead in parallel
     graph = build_graph(MEDIUM)
     seq = simulate(graph, mp.sequential_mapping(graph), 264)
     inter = simulate(graph, mp.interleaved_mapping(graph, 4, 4, 2), 264)
@@ -284,7 +284,7 @@ def test_calibrate_fits_solo_factor_from_sm_ids_and_pools_traces():
 
 
 def test_sibling_weight_mixes_the_simulated_sibling_in_and_is_fitted():
-    from megawino.simulator import SIBLING_WEIGHTS
+    from megawino.schedule.simulator import SIBLING_WEIGHTS
     graph = build_graph(LayerSpec(8, 64, 64, 56, 56))
     order = np.arange(graph.num_tasks)
     solo = {int(t): 0.5 for t in TaskType}
@@ -297,7 +297,7 @@ def test_sibling_weight_mixes_the_simulated_sibling_in_and_is_fitted():
     assert fitted.sibling_weight in SIBLING_WEIGHTS
     assert simulate(graph, order, 264, fitted).makespan == pytest.approx(tight.makespan, rel=0.05)
     # several traced mappings: nothing to fit against, the weight stays
-    from megawino.mapping import interleaved_mapping
+    from megawino.schedule.mapping import interleaved_mapping
     other = simulate(graph, interleaved_mapping(graph), 264, CostModel(solo=solo))
     assert not np.array_equal(other.task, tight.task)
     kept = CostModel(solo=solo, sibling_weight=0.25).calibrate([_as_measured(tight), _as_measured(other)], graph)

@@ -1,6 +1,6 @@
 import pytest
 
-from megawino.spec import LayerSpec, parse_shape
+from megawino.core.spec import LayerSpec, parse_shape
 
 
 def test_derived_sizes():

@@ -4,10 +4,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from megawino import codegen
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph, default_params
-from megawino.tasks import GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType
+from megawino.gpu import codegen
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph, default_params
+from megawino.core.tasks import GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType
 
 
 def small_params(**kw):
@@ -94,7 +94,7 @@ def test_winograd_only_graph():
 
 
 def test_generated_header_is_current():
-    """cuda/generated_tasks.cuh must be regenerated (python -m megawino.codegen) after tasks.py changes."""
+    """cuda/generated_tasks.cuh must be regenerated (python -m megawino.gpu.codegen) after tasks.py changes."""
     assert codegen.header_path().read_text() == codegen.header_text()
     text = codegen.header_text()
     for t in TaskType:
@@ -102,8 +102,8 @@ def test_generated_header_is_current():
 
 
 def test_transform_chunk_splits_small_layers_to_warp_width():
-    from megawino.task_sizes import DEFAULT_WORKERS, transform_chunk
-    from megawino.tasks import LANE_CHANNELS
+    from megawino.core.task_sizes import DEFAULT_WORKERS, transform_chunk
+    from megawino.core.tasks import LANE_CHANNELS
     # densenet161.block3 at batch 64: 16 groups of 64 tiles, C = 192: 64-channel chunks give
     # 48 input tasks for 264 workers, so the rule halves them to one warp's width
     assert transform_chunk(192, 64, 16) == LANE_CHANNELS
@@ -120,8 +120,8 @@ def test_transform_chunk_splits_small_layers_to_warp_width():
 def test_lane_channels_matches_the_cuda_lane_maps():
     """LANE_CHANNELS is the channel width of a transform warp in the CUDA sources."""
     import re
-    from megawino.resources import cuda_dir
-    from megawino.tasks import LANE_CHANNELS
+    from megawino.core.resources import cuda_dir
+    from megawino.core.tasks import LANE_CHANNELS
     src = (cuda_dir() / "generated_tasks.cuh").read_text()
     assert int(re.search(r"constexpr int LANE_CHANNELS = (\d+);", src).group(1)) == LANE_CHANNELS
     for header in ("input_transform.cuh", "output_transform.cuh"):
@@ -165,8 +165,8 @@ def test_transform_tiles_default_to_the_group():
 
 
 def test_default_params_split_tiles_only_when_tasks_are_few():
-    from megawino.task_sizes import transform_tiles
-    from megawino.tasks import TRANSFORM_MIN_TILES
+    from megawino.core.task_sizes import transform_tiles
+    from megawino.core.tasks import TRANSFORM_MIN_TILES
     assert transform_tiles(64, 24) == TRANSFORM_MIN_TILES     # densenet161.block4: 24 -> 96 tasks
     assert transform_tiles(128, 64) == 16                     # 64 -> 256 tasks is still < 264: 512
     assert transform_tiles(128, 140) == 64                    # 280 >= 264 workers
@@ -181,7 +181,7 @@ def test_default_params_split_tiles_only_when_tasks_are_few():
 
 
 def test_default_filter_tasks_split_while_few():
-    from megawino.task_sizes import FILTER_MIN_PAIRS
+    from megawino.core.task_sizes import FILTER_MIN_PAIRS
     small = Layout(LayerSpec(64, 192, 48, 7, 7), default_params(LayerSpec(64, 192, 48, 7, 7)))
     assert small.params.filter_pairs_per_task == FILTER_MIN_PAIRS     # 9216 pairs: 36 tasks
     big = default_params(LayerSpec(64, 512, 512, 14, 14))               # 256 tasks of 1024 < 264
@@ -223,7 +223,7 @@ def test_sizes_past_int32_are_refused_before_any_record_is_built(spec, params, w
 
 
 def test_cli_path_for_a_huge_batch_is_a_value_error():
-    from megawino import tuning
+    from megawino.tuning import table as tuning
     spec = LayerSpec(1000000000, 64, 64, 56, 56)
     params, mapping, _ = tuning.choose(spec, "h100")    # pure arithmetic
     with pytest.raises(ValueError, match="int32"):
@@ -231,7 +231,7 @@ def test_cli_path_for_a_huge_batch_is_a_value_error():
 
 
 def test_check_size_against_device_memory():
-    from megawino.task_sizes import buffer_bytes, check_size
+    from megawino.core.task_sizes import buffer_bytes, check_size
     spec, params = LayerSpec(64, 64, 64, 56, 56), default_params(LayerSpec(64, 64, 64, 56, 56))
     lay = check_size(spec, params)
     floats = sum(int(np.prod(s)) for s in (lay.u_shape, lay.v_shape, lay.m_shape))
@@ -252,7 +252,7 @@ def test_task_params_have_upper_bounds(field, value):
 
 
 def test_task_param_limits_keep_transform_work_items_in_int32():
-    from megawino.tasks import INT32_MAX, MAX_CHANNELS_PER_TASK, MAX_TILES_PER_GROUP, TASK_PARAM_LIMITS
+    from megawino.core.tasks import INT32_MAX, MAX_CHANNELS_PER_TASK, MAX_TILES_PER_GROUP, TASK_PARAM_LIMITS
     assert MAX_TILES_PER_GROUP * MAX_CHANNELS_PER_TASK < INT32_MAX
     assert set(TASK_PARAM_LIMITS) == {f.name for f in dataclasses.fields(TaskParams)} - {"m"}
     small_params(tiles_per_group=MAX_TILES_PER_GROUP, input_channels_per_task=MAX_CHANNELS_PER_TASK)

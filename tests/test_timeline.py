@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from megawino.simulator import simulate
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import TaskType
-from megawino.timeline import Timeline, render
+from megawino.schedule.simulator import simulate
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import TaskType
+from megawino.schedule.timeline import Timeline, render
 
 MEDIUM = LayerSpec(1, 64, 64, 56, 56)
 

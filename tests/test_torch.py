@@ -14,7 +14,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import megawino.torch as mwt  # noqa: E402
 from megawino.torch import functional, gpu  # noqa: E402
-from megawino.spec import LayerSpec  # noqa: E402
+from megawino.core.spec import LayerSpec  # noqa: E402
 
 
 def rel_l2(y, ref) -> float:
@@ -38,7 +38,7 @@ def randn(rng, *shape):
 
 def test_import_megawino_does_not_import_torch():
     code = ("import sys, megawino; megawino.LayerSpec(1, 2, 3, 4, 4); "
-            "import megawino.executor, megawino.runtime; print('torch' in sys.modules)")
+            "import megawino.cpu.executor, megawino.runtime; print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
     code = ("import sys; sys.modules['torch'] = None\n"
@@ -130,7 +130,7 @@ REFUSALS = [
 def test_conv2d_refusals_name_the_argument(rng, monkeypatch, kwargs, name):
     def must_not_run(*args, **kw):
         raise AssertionError("ran before refusing")
-    monkeypatch.setattr("megawino.executor.conv2d_cpu", must_not_run)
+    monkeypatch.setattr("megawino.cpu.executor.conv2d_cpu", must_not_run)
     monkeypatch.setattr(gpu, "_gpu", must_not_run)
     x, weight = randn(rng, 2, 4, 8, 8), randn(rng, 4, 4, 3, 3)
     kwargs = {"backend": "cpu", **kwargs}

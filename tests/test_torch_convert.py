@@ -217,7 +217,7 @@ def _bench_module(name):
 
 def test_darknet_converts_every_conv_and_matches_torch(rng):
     darknet = _bench_module("darknet")
-    from megawino.networks import yolov3
+    from megawino.core.networks import yolov3
     torch.manual_seed(0)
     model = darknet.YOLOv3(num_classes=3, width=4).eval()
     reference_model = copy.deepcopy(model).double()
@@ -225,7 +225,7 @@ def test_darknet_converts_every_conv_and_matches_torch(rng):
     mwt.convert(model, backend="cpu", example_input=x, verbose=False)
     rep = mwt.report(model)
     assert len(rep.replaced) == len(rep.rows) == 75 and not rep.left_alone
-    # The full-width network has exactly the conv shapes of megawino.networks' YOLOv3 table.
+    # The full-width network has exactly the conv shapes of megawino.core.networks' YOLOv3 table.
     full = darknet.YOLOv3()
     table = collections.Counter((s.spec.C, s.spec.K, s.spec.R, s.spec.stride) for s in yolov3(1, 416)
                                 for _ in range(s.count))

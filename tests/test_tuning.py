@@ -1,14 +1,16 @@
+import dataclasses
 import json
 import os
 
 import pytest
 
-from megawino import tuning, user_files
-from megawino.mapping import MappingParams
-from megawino.spec import LayerSpec
-from megawino.task_sizes import build_graph
-from megawino.tasks import Layout, TaskParams
-from megawino.mapping import build_interleaved
+from megawino.tuning import table as tuning
+from megawino.core import resources, user_files
+from megawino.schedule.mapping import MappingParams
+from megawino.core.spec import LayerSpec
+from megawino.core.task_sizes import build_graph
+from megawino.core.tasks import Layout, TaskParams
+from megawino.schedule.mapping import build_interleaved
 
 
 def test_gpu_key():
@@ -22,7 +24,7 @@ def test_heuristic_without_table(tmp_path, monkeypatch):
     spec = LayerSpec(64, 64, 64, 56, 56)
     params, mp, source = tuning.choose(spec, "h100")
     assert source == "heuristic"
-    assert mp.dig == tuning.DEFAULT_WORKERS and mp.m == 4
+    assert mp.dig == tuning.DEFAULT_WORKERS and mp.groups_per_column == 4
     build_interleaved(build_graph(spec, params), mp)   # valid
 
 
@@ -32,6 +34,8 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     tuned = TaskParams(tiles_per_group=128, input_channels_per_task=16, gemm_k_per_task=64,
                        output_k_per_task=16)
     tuning.write_entry(table, spec, tuned, MappingParams(32, 96, 2), time_us=123.0)
+    # the table keeps the paper's names: M is "m" in the file, groups_per_column in Python
+    assert table["layers"][spec.shape_string]["mapping"] == {"dig": 32, "dgo": 96, "m": 2}
     path = tmp_path / "x.json"
     path.write_text(json.dumps(table))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
@@ -41,7 +45,7 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     assert tuning.choose(spec.with_(layout="NHWC", name="a"), "h100")[2] == "tuned"
     # another shape borrows the nearest entry; the GEMM width is clamped to its K
     params, mp, source = tuning.choose(LayerSpec(8, 64, 24, 30, 30), "h100")
-    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.m == 2
+    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.groups_per_column == 2
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "missing.json"))
     with pytest.raises(FileNotFoundError):
         tuning.choose(spec, "h100")
@@ -51,14 +55,14 @@ def test_candidate_space_is_valid():
     spec = LayerSpec(2, 48, 40, 20, 20)
     seen = 0
     for params, mp in tuning.candidate_space(spec, workers=16):
-        assert mp.m <= Layout(spec, params).num_groups
+        assert mp.groups_per_column <= Layout(spec, params).num_groups
         seen += 1
     assert seen > 4
 
 
 def test_rank_by_simulation_orders_candidates():
-    from megawino.simulator import CostModel
-    from megawino.tune import rank_by_simulation
+    from megawino.schedule.simulator import CostModel
+    from megawino.tuning.search import rank_by_simulation
     spec = LayerSpec(4, 32, 32, 24, 24)
     ranked = rank_by_simulation(spec, CostModel(), workers=16, top=4)
     times = [r["predicted_us"] for r in ranked]
@@ -66,11 +70,11 @@ def test_rank_by_simulation_orders_candidates():
     # every task-size option is among the candidates (the GEMM's efficiency per size is measured)
     assert {r["params"] for r in ranked} == {p for p, _ in tuning.candidate_space(spec, workers=16)}
     # and M = 1 with the best task size is always measured (the output tail of few-group layers)
-    assert any(r["mapping"].m == 1 for r in ranked)
+    assert any(r["mapping"].groups_per_column == 1 for r in ranked)
 
 
 def test_summary_of_a_table():
-    from megawino.tune import summary
+    from megawino.tuning.search import summary
     table = {"layers": {"a": {"speedup_vs_sequential": 1.2, "speedup_vs_default": 1.1,
                               "simulator_error": 0.1},
                         "b": {"speedup_vs_sequential": 0.9, "speedup_vs_default": 1.0,
@@ -83,7 +87,7 @@ def test_summary_of_a_table():
 
 
 def test_confirm_alternates_and_takes_medians():
-    from megawino.tune import confirm
+    from megawino.tuning.search import confirm
     calls = []
     noise = {"winner": iter([90.0, 101.0, 100.0]), "default": iter([103.0, 102.0, 104.0])}
 
@@ -99,6 +103,17 @@ def test_confirm_alternates_and_takes_medians():
 
 
 # ---- table schema ---------------------------------------------------------------------
+
+def test_table_mapping_keys_name_every_mapping_parameter_once():
+    fields = [f.name for f in dataclasses.fields(MappingParams)]
+    assert sorted(tuning.MAPPING_KEYS.values()) == sorted(fields)
+    assert len(set(tuning.MAPPING_KEYS)) == len(fields)
+    shipped = json.loads((resources.mapping_dir() / "h100.json").read_text())["layers"]
+    for entry in shipped.values():
+        mapping = tuning.mapping_from_entry(entry["mapping"])
+        assert tuning.mapping_to_entry(mapping) == entry["mapping"]
+        assert mapping.groups_per_column == entry["mapping"]["m"]
+
 
 def _entry(**changes):
     spec = LayerSpec(64, 64, 64, 56, 56)
@@ -176,7 +191,7 @@ def test_table_that_is_not_json_names_the_file(tmp_path, monkeypatch):
 
 def test_shipped_tables_follow_the_schema():
     from megawino import direct
-    from megawino.resources import mapping_dir
+    from megawino.core.resources import mapping_dir
     shipped = sorted(mapping_dir().glob("*.json"))
     winograd = [p for p in shipped if not p.name.startswith("direct_")]
     assert winograd and all(tuning.read_table(p)["layers"] for p in winograd)
@@ -252,14 +267,14 @@ def _fake_tune_layer(runtime, spec, **kw):
 
 @pytest.fixture
 def fake_tuner(monkeypatch):
-    from megawino import tune
+    from megawino.tuning import search as tune
     monkeypatch.setattr(tune, "tune_layer", _fake_tune_layer)
     monkeypatch.setattr(tuning, "device_name", lambda: "NVIDIA H100 80GB HBM3")
     return tune
 
 
 def test_tune_writes_the_user_table_not_the_shipped_one(fake_tuner, monkeypatch, tmp_path):
-    from megawino.resources import mapping_dir
+    from megawino.core.resources import mapping_dir
     shipped = (mapping_dir() / "h100.json").read_bytes()
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "elsewhere.json"))   # never the target
     specs = [LayerSpec(2, 16, 16, 12, 12), LayerSpec(1, 8, 24, 9, 9)]
@@ -358,7 +373,7 @@ def _fake_direct_measure(spec, cfg):
 
 def test_direct_tuner_writes_the_user_table(tmp_path, monkeypatch):
     from megawino import direct
-    from megawino.direct_tune import tune_layers
+    from megawino.tuning.direct import tune_layers
     shipped_dir = direct.model.mapping_dir()
     before = {p.name: p.read_bytes() for p in shipped_dir.glob("direct_*.json")}
     spec = LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)
@@ -373,7 +388,7 @@ def test_direct_tuner_writes_the_user_table(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("content", ["#!/bin/sh\necho hi\n", '{"entries": {"x": 1}}', ""])
 def test_direct_tuner_never_overwrites_a_file_that_is_not_a_table(content, tmp_path):
-    from megawino.direct_tune import tune_layers
+    from megawino.tuning.direct import tune_layers
     path = tmp_path / "keep.json"
     path.write_text(content)
     calls = []

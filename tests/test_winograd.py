@@ -3,7 +3,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from megawino import winograd as wg
+from megawino.core import winograd as wg
 
 
 def _conv_1d_check(tf):

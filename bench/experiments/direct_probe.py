@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from megawino import direct  # noqa: E402
 from megawino.direct import kernel  # noqa: E402
-from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.timing import time_cuda_stats  # noqa: E402
-from megawino.winograd import direct_conv_nchw  # noqa: E402
+from megawino.core.suite import load_suite, select_specs  # noqa: E402
+from megawino.gpu.timing import time_cuda_stats  # noqa: E402
+from megawino.core.winograd import direct_conv_nchw  # noqa: E402
 
 
 def main(argv=None) -> int:

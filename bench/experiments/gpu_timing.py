@@ -17,13 +17,13 @@ from pathlib import Path
 
 
 import megawino  # noqa: E402
-from megawino import suite  # noqa: E402
-from megawino.tasks import TaskType  # noqa: E402
-from megawino.timing import time_cuda  # noqa: E402
+from megawino.core import suite  # noqa: E402
+from megawino.core.tasks import TaskType  # noqa: E402
+from megawino.gpu.timing import time_cuda  # noqa: E402
 
 
 def events_median(fn, warmup=3, reps=20):
-    """Median microseconds of ``fn()``: megawino.timing's method (CUDA events, queued
+    """Median microseconds of ``fn()``: megawino.gpu.timing's method (CUDA events, queued
     behind a spin kernel); the inputs are the caller's (no rotation here)."""
     return time_cuda(lambda _: fn(), [None], warmup, reps)
 
@@ -79,7 +79,7 @@ def main(argv=None):
         stage_us = {}
         for t, arr in ((TaskType.FILTER, w), (TaskType.INPUT, x), (TaskType.OUTPUT, y_nf)):
             stage_us[t.name] = events_median(lambda: nf.launch_stage(t, arr), reps=max(5, args.reps // 2))
-        lay = mega.layout
+        lay = mega.task_layout
         gemm_flop = 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride
         err = None
         if args.torch_check:

@@ -8,8 +8,9 @@ import cProfile
 import pstats
 
 import megawino
-from megawino import runtime, workspace
-from megawino.timing import host_time_per_call
+from megawino import runtime
+from megawino.gpu import workspace
+from megawino.gpu.timing import host_time_per_call
 
 
 def host_us(fn, calls=1000):

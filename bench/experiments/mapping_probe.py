@@ -13,11 +13,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from megawino import runtime, tuning  # noqa: E402
-from megawino.mapping import MappingParams  # noqa: E402
-from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.timing import rotated_inputs  # noqa: E402
-from megawino.tune import measure_us  # noqa: E402
+from megawino import runtime  # noqa: E402
+from megawino.tuning import table as tuning  # noqa: E402
+from megawino.schedule.mapping import MappingParams  # noqa: E402
+from megawino.core.suite import load_suite, select_specs  # noqa: E402
+from megawino.gpu.timing import rotated_inputs  # noqa: E402
+from megawino.tuning.search import measure_us  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 import megawino
-from megawino import nvrtc, suite
-from megawino.task_sizes import default_params
-from megawino.tasks import TaskType
+from megawino.gpu import nvrtc
+from megawino.core import suite
+from megawino.core.task_sizes import default_params
+from megawino.core.tasks import TaskType
 
 
 def events_median(fn, warmup=2, reps=10):
@@ -143,7 +144,7 @@ def main(argv=None):
                 row["input_us"] = events_median(fi, reps=args.reps)
             if "gemm" in stages:
                 row["gemm_us"] = events_median(fg, reps=args.reps)
-                lay = nf.layout
+                lay = nf.task_layout
                 row["gemm_tflops"] = 2 * lay.alpha2 * lay.tiles_padded * lay.c_stride * lay.k_stride / row["gemm_us"] / 1e6
             if "output" in stages:
                 row["output_us"] = events_median(fo, reps=args.reps)
@@ -151,8 +152,8 @@ def main(argv=None):
                 mm = build("megakernel", spec, defines)
                 fn = mm.get_function("mw_megakernel")
                 bps = nvrtc.blocks_per_sm(fn)
-                from megawino import tuning
-                mp = tuning.default_mapping_params(nf.layout, sms * bps)
+                from megawino.tuning import table as tuning
+                mp = tuning.default_mapping_params(nf.task_layout, sms * bps)
                 mega = megawino.plan(spec, params=params, mapping=mp)
                 mega_workspace = mega.workspace()
                 mega_pbuf = mega_workspace.params(mega, mega._full, mega_workspace.U)

@@ -7,7 +7,7 @@
     python3 bench/experiments/ptx_compare.py --ptxas          # + registers / spills of the second
 
 Shipped variants: cuda/megakernel.cu for MW_M in {2, 4} x MW_NHWC in {0, 1} x MW_GEMM_TF32X3 in
-{0, 1} x MW_TRACE (megawino.nvrtc.compile_options), cuda/nonfused.cu the same without MW_TRACE,
+{0, 1} x MW_TRACE (megawino.gpu.nvrtc.compile_options), cuda/nonfused.cu the same without MW_TRACE,
 cuda/direct.cu for every config of mapping/direct_h100.json plus DEFAULT_CONFIG x both layouts x
 flush off / on (megawino.direct.config.DirectConfig.defines).  The sources of each revision come
 from ``git archive``; the defines from the working tree's Python package.  Needs nvcc and ptxas

@@ -8,8 +8,8 @@ import argparse
 import numpy as np
 
 import megawino
-from megawino.spec import LayerSpec
-from megawino.timing import host_time_per_call
+from megawino.core.spec import LayerSpec
+from megawino.gpu.timing import host_time_per_call
 
 
 def host_us(fn, calls=2000):

@@ -15,8 +15,8 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.suite import load_suite, select_specs  # noqa: E402
-from megawino.timing import rotated_inputs, time_cuda_stats  # noqa: E402
+from megawino.core.suite import load_suite, select_specs  # noqa: E402
+from megawino.gpu.timing import rotated_inputs, time_cuda_stats  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -10,9 +10,9 @@ Commands::
     megawino info                versions, GPU, nvcc
 
 LAYER is a network layer name (``resnet50.conv2_x``, batch 64 unless ``--batch``)
-or a shape string (``n64c64k64h56w56``, see :func:`megawino.spec.parse_shape`).
-The work happens in the library (:mod:`megawino.sweep`, :mod:`megawino.mapping`,
-:mod:`megawino.simulator`, ...), imported lazily so that ``--help`` and the CPU
+or a shape string (``n64c64k64h56w56``, see :func:`megawino.core.spec.parse_shape`).
+The work happens in the library (:mod:`megawino.sweep`, :mod:`megawino.schedule.mapping`,
+:mod:`megawino.schedule.simulator`, ...), imported lazily so that ``--help`` and the CPU
 commands never touch CUDA.  Every failure is one red ``megawino: error:`` line on
 stderr: bad input, a refused run or an unwritable path exit 2, an unexpected error 3
 (``--debug`` shows its traceback instead).

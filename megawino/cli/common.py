@@ -100,7 +100,7 @@ class OutputFile:
 # ---------------------------------------------------------------------------
 
 def _all_layer_names() -> list[str]:
-    from ..networks import NETWORKS, network_layers
+    from ..core.networks import NETWORKS, network_layers
     names = []
     for network in NETWORKS:
         try:
@@ -127,8 +127,8 @@ def resolve_layer(text: str, batch: int | None = None, resolution: int | None = 
     """A LayerSpec from a layer name (``resnet50.conv2_x``; batch defaults to 64) or a
     shape string (``n64c64k64h56w56``; ``batch`` replaces its N when given).
     ValueError with close matches when ``text`` is neither."""
-    from ..networks import find_layer
-    from ..spec import parse_shape
+    from ..core.networks import find_layer
+    from ..core.spec import parse_shape
     text = text.strip()
     if "." in text:
         return find_layer(text, DEFAULT_LAYER_BATCH if batch is None else batch, resolution)

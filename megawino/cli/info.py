@@ -35,7 +35,8 @@ def _version_of(module: str) -> str:
 def cmd_info(args, out: Console, err: Console) -> int:
     import platform
 
-    from .. import sweep, sweep_gpu
+    from .. import sweep
+    from ..sweep import gpu as sweep_gpu
     table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
@@ -67,7 +68,7 @@ def cmd_info(args, out: Console, err: Console) -> int:
                 nvcc = os.path.join(root, "bin", "nvcc")
                 break
     table.add_row("nvcc", nvcc or "not found (not needed: kernels compile with NVRTC)")
-    from ..nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS, extra_defines
+    from ..gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS, extra_defines
     others = ", ".join(repr(m) for m in GEMM_MATHS if m != DEFAULT_GEMM_MATH)
     table.add_row("Winograd GEMM", f"{DEFAULT_GEMM_MATH} by default (gemm_math={others} on conv2d / plan)")
     try:

@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_layers(args, out: Console, err: Console) -> int:
-    from ..networks import DEFAULT_RESOLUTION, network_layers
+    from ..core.networks import DEFAULT_RESOLUTION, network_layers
     layers = network_layers(args.network, args.batch, args.resolution, winograd_only=args.winograd)
     network = args.network.strip().lower()
     resolution = args.resolution or DEFAULT_RESOLUTION[network]

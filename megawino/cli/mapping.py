@@ -19,7 +19,7 @@ STRIP_LINES = 6               # the mapping strip: at most this many lines of th
 
 def _type_style():
     """(letters, colours) indexed by task type code, from the task-type registry."""
-    from .. import task_types
+    from ..core import task_types
     return (task_types.by_code(lambda kind: kind.letter, "?"),
             task_types.by_code(lambda kind: kind.color, "default"))
 
@@ -36,8 +36,9 @@ def _add_mapping_options(p: argparse.ArgumentParser) -> None:
                    help="min tickets input -> GEMM (default: the tuned table's, else a heuristic)")
     p.add_argument("--dgo", type=non_negative_int, default=None,
                    help="min tickets GEMM -> output (default: as --dig)")
-    p.add_argument("--m", type=positive_int, default=None,
-                   help="groups sharing a filter matrix (default: as --dig)")
+    p.add_argument("--m", dest="groups_per_column", metavar="M", type=positive_int, default=None,
+                   help="the paper's M: groups per GEMM column, which share a filter matrix "
+                        "(default: as --dig)")
     p.add_argument("--sequential", action="store_true",
                    help="the sequential mapping (all F, I, G, then O) instead")
 
@@ -57,21 +58,22 @@ def _table_key() -> str:
 
 def _build_mapping(spec, args):
     """(graph, Mapping) for the layer with the command's mapping options; options not
-    given come from the tuned table (``megawino.tuning.choose``), as the runtime's do,
+    given come from the tuned table (``megawino.tuning.table.choose``), as the runtime's do,
     and are written back into ``args`` for display.  Mapping parameters are validated
     even with --sequential."""
-    from .. import tuning
-    from ..mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
-    from ..task_sizes import build_graph
-    from ..tasks import Layout
+    from ..tuning import table as tuning
+    from ..schedule.mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
+    from ..core.task_sizes import build_graph
+    from ..core.tasks import Layout
     if not spec.winograd_eligible:
         raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
                          "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")
     task_params, chosen, args.choice = tuning.choose(spec, _table_key())
     args.dig = chosen.dig if args.dig is None else args.dig
     args.dgo = chosen.dgo if args.dgo is None else args.dgo
-    args.m = chosen.m if args.m is None else args.m
-    params = MappingParams(args.dig, args.dgo, args.m)
+    if args.groups_per_column is None:
+        args.groups_per_column = chosen.groups_per_column
+    params = MappingParams(args.dig, args.dgo, args.groups_per_column)
     tasks = Layout(spec, task_params).num_tasks
     if tasks > MAX_TASKS:
         raise ValueError(f"{spec.name or spec.shape_string} has {tasks:,} tasks; mappings and "
@@ -110,7 +112,7 @@ def _strip_lines(types, width: int, max_lines: int = STRIP_LINES):
 
 
 def _legend() -> Text:
-    from .. import task_types
+    from ..core import task_types
     text = Text()
     for kind in task_types.registered():
         text.append(kind.letter, style=f"bold {kind.color}").append(f" {kind.label}  ")
@@ -120,8 +122,8 @@ def _legend() -> Text:
 def cmd_mapping(args, out: Console, err: Console) -> int:
     import numpy as np
 
-    from ..mapping import MappingError, dependency_distances, validate_mapping
-    from ..tasks import TaskType
+    from ..schedule.mapping import MappingError, dependency_distances, validate_mapping
+    from ..core.tasks import TaskType
     spec = resolve_layer(args.layer, args.batch, args.resolution)
     try:
         graph, mapping = _build_mapping(spec, args)
@@ -153,7 +155,7 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
     if args.sequential:
         out.print(Text("mapping: sequential (all F, then I, G, O)", style="bold"))
     else:
-        out.print(Text(f"mapping: interleaved  DIG {args.dig}  DGO {args.dgo}  M {args.m}",
+        out.print(Text(f"mapping: interleaved  DIG {args.dig}  DGO {args.dgo}  M {args.groups_per_column}",
                        style="bold")
                   + Text(f"  (defaults: {getattr(args, 'choice', 'given')})", style="dim"))
 

@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 def _check_cpu_estimate(layers, args, out: Console) -> None:
     """Estimate a CPU sweep's time and memory and refuse a large one without --yes."""
-    from .. import sweep_cpu
+    from ..sweep import cpu as sweep_cpu
     specs = [layer.spec for layer in layers]
     estimate = sweep_cpu.estimate_cpu(specs)
     out.print(Text(f"estimate on this CPU: {estimate.describe()}", style="dim"))
@@ -65,7 +65,7 @@ def _sweep(args, out: Console, err: Console, output: OutputFile | None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .. import sweep
-    from ..networks import DEFAULT_RESOLUTION
+    from ..core.networks import DEFAULT_RESOLUTION
     backend = sweep.resolve_backend(args.backend)
     batch = args.batch if args.batch is not None else (DEFAULT_LAYER_BATCH if backend == "gpu" else 1)
     names = [n for n in args.layers.split(",") if n.strip()] if args.layers else None

@@ -48,7 +48,7 @@ def _measured_timeline(spec, graph, mapping, label: str):
     import cupy
     import numpy as np
 
-    from ..timeline import Timeline
+    from ..schedule.timeline import Timeline
     x, w = sweep.random_inputs(spec, np.random.default_rng(0))
     if spec.layout == "NHWC":
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
@@ -80,13 +80,13 @@ def cmd_timeline(args, out: Console, err: Console) -> int:
 
 
 def _timeline(args, out: Console, width: int, export: OutputFile | None) -> int:
-    from ..timeline import render
+    from ..schedule.timeline import render
     spec = resolve_layer(args.layer, args.batch, args.resolution)
     graph, mapping = _build_mapping(spec, args)
     desc = "sequential mapping" if args.sequential else \
-        f"interleaved DIG {args.dig} DGO {args.dgo} M {args.m}"
+        f"interleaved DIG {args.dig} DGO {args.dgo} M {args.groups_per_column}"
     from .. import sweep
-    from ..simulator import CostModel, default_workers, simulate
+    from ..schedule.simulator import CostModel, default_workers, simulate
     measured = args.measured or (not args.simulate and sweep.gpu_runtime() is not None)
     if args.compare_sim and not measured:
         raise ValueError("--compare-sim compares the simulator with a measured run: it needs a GPU")

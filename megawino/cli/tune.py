@@ -1,4 +1,4 @@
-"""``megawino tune``: search DIG, DGO, M and the task sizes on the GPU (see megawino.tune)."""
+"""``megawino tune``: search DIG, DGO, M and the task sizes on the GPU (see megawino.tuning.search)."""
 from __future__ import annotations
 
 from rich import box
@@ -28,8 +28,8 @@ def add_parser(sub) -> None:
 
 
 def _targets(target: str, batch: int | None, suite_file: str | None = None):
-    from ..networks import NETWORKS, network_layers
-    from ..suite import load_suite
+    from ..core.networks import NETWORKS, network_layers
+    from ..core.suite import load_suite
     batch_or_default = DEFAULT_LAYER_BATCH if batch is None else batch
     if target == "suite":
         return load_suite(suite_file, suite="winograd", batch=batch)
@@ -42,7 +42,7 @@ def _targets(target: str, batch: int | None, suite_file: str | None = None):
 def cmd_tune(args, out: Console, err: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .. import tune
+    from ..tuning import search as tune
     from ..sweep import gpu_status
     if args.suite is not None and args.target != "suite":
         raise ValueError("--suite names the file for TARGET suite; the target is " + repr(args.target))

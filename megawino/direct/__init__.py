@@ -27,8 +27,8 @@ The package, by responsibility:
   math, thread by thread (tests run it on CPU against the float64 reference);
 * :mod:`.ptxas`: the ptxas reports and ``python -m megawino.direct --ptxas``, which
   rewrites the register table;
-* :mod:`.tune` (not imported here): measure the model's top configs on the GPU and
-  write ``mapping/direct_<gpu>.json`` (``python -m megawino.direct_tune``).
+* the tuner, which measures the model's top configs on the GPU and writes the user's
+  ``direct_<gpu>.json``, is :mod:`megawino.tuning.direct` (``python -m megawino.tuning.direct``).
 
 Nothing here touches CUDA at import time.
 """
@@ -51,7 +51,7 @@ __all__ = [
     "INT32_LIMIT", "model_terms", "all_configs", "mapping_key", "launch",
 ]
 
-# Also reachable as megawino.direct.<name>, the names tests, .tune and bench use.
+# Also reachable as megawino.direct.<name>, the names tests, megawino.tuning.direct and bench use.
 ptxas_report = _ptxas.ptxas_report
 FLUSH_TERMS, FLUSH_MIN_CRS = _config.FLUSH_TERMS, _config.FLUSH_MIN_CRS
 TAP_COL_BIT, TAP_SENTINEL, MAX_FILTER = _config.TAP_COL_BIT, _config.TAP_SENTINEL, _config.MAX_FILTER

@@ -18,10 +18,10 @@ import json
 import pathlib
 import re
 
-from ..resources import mapping_dir
-from ..spec import LayerSpec, parse_shape
-from ..tasks import round_up
-from ..tuning import check_object
+from ..core.resources import mapping_dir
+from ..core.spec import LayerSpec, parse_shape
+from ..core.tasks import round_up
+from ..tuning.table import check_object
 
 # Tap bits of the gather table (direct_conv.cuh): filter row r is bit r, column s is bit
 # TAP_COL_BIT + s, TAP_SENTINEL marks table rows past C*R*S (every pixel treats it as outside).

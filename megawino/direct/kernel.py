@@ -15,14 +15,14 @@ import threading
 
 import numpy as np
 
-from .. import abi
-from ..nvrtc import as_cupy
-from ..resources import cuda_dir, source_hash
-from ..spec import LayerSpec
+from ..core import abi
+from ..gpu.nvrtc import as_cupy
+from ..core.resources import cuda_dir, source_hash
+from ..core.spec import LayerSpec
 from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
                      flush_terms, resource_ok)
-from ..tasks import round_up
-from ..tuning import current_gpu_key
+from ..core.tasks import round_up
+from ..tuning.table import current_gpu_key
 from .model import heuristic_config
 
 

@@ -14,12 +14,12 @@ import functools
 import json
 import math
 
-from ..resources import mapping_dir
-from ..spec import LayerSpec
-from ..tuning import gpu_key
+from ..core.resources import mapping_dir
+from ..core.spec import LayerSpec
+from ..tuning.table import gpu_key
 from .config import (DEFAULT_CONFIG, H100, NHWC_KEY_SUFFIX, DirectConfig, Hardware, candidate_configs,
                      flush_terms, occupancy, parse_direct_table, resource_ok)
-from ..tasks import round_up
+from ..core.tasks import round_up
 
 
 # ---------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def rank(spec: LayerSpec, top: int = 5, hw: Hardware = H100) -> list[tuple[Direc
 # Tuned table and heuristic choice
 # ---------------------------------------------------------------------------
 
-gpu_slug = gpu_key   # the direct tables are keyed like the Winograd ones (megawino.tuning)
+gpu_slug = gpu_key   # the direct tables are keyed like the Winograd ones (megawino.tuning.table)
 
 
 def mapping_key(spec: LayerSpec) -> str:
@@ -157,9 +157,9 @@ def _load_mapping_cached(path: str, mtime: float) -> dict:
 
 def load_mapping(gpu: str = "h100") -> dict[str, DirectConfig]:
     """Tuned choices: ``mapping/direct_<gpu>.json`` (shipped) updated with the user's tuned
-    table (``<cache>/direct_<gpu>.json``, megawino.user_files); a table that breaks the schema
+    table (``<cache>/direct_<gpu>.json``, megawino.core.user_files); a table that breaks the schema
     is a ValueError naming the file and the entry."""
-    from ..user_files import user_table_path
+    from ..core.user_files import user_table_path
 
     out: dict[str, DirectConfig] = {}
     for path in (mapping_dir() / f"direct_{gpu}.json", user_table_path(f"direct_{gpu}.json")):

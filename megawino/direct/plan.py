@@ -1,17 +1,17 @@
-"""The direct path behind the same call as a Winograd plan (megawino.winograd_plan.Plan): compiled kernel,
+"""The direct path behind the same call as a Winograd plan (megawino.gpu.winograd_plan.Plan): compiled kernel,
 gather table and tile configuration made once per shape; the packed filter matrix kept per
-weight token (megawino.weights) or packed into the stream's own buffer on every call."""
+weight token (megawino.gpu.weights) or packed into the stream's own buffer on every call."""
 from __future__ import annotations
 
 import threading
 
 import numpy as np
 
-from .. import weights, workspace
-from ..nvrtc import cupy_module
-from ..call_checks import prepare_call, require_gpu
-from ..spec import LayerSpec
-from ..tasks import round_up
+from ..gpu import weights, workspace
+from ..gpu.nvrtc import cupy_module
+from ..gpu.call_checks import prepare_call, require_gpu
+from ..core.spec import LayerSpec
+from ..core.tasks import round_up
 from . import config as config_mod
 from .kernel import _device_table, check_spec, compile_kernel, launch
 from .model import heuristic_config
@@ -43,7 +43,7 @@ class DirectPlan:
         check_spec(spec)
         if config is not None and not isinstance(config, config_mod.DirectConfig):
             raise ValueError(f"config must be a DirectConfig, got {type(config).__name__}")
-        from ..tuning import current_gpu_key
+        from ..tuning.table import current_gpu_key
         cupy = require_gpu()
         self.spec = spec
         self.device = cupy.cuda.Device().id

@@ -17,7 +17,7 @@ import re
 import subprocess
 import tempfile
 
-from ..resources import cuda_dir
+from ..core.resources import cuda_dir
 from .config import (FLUSH_TERMS, DirectConfig, _ptxas_key, all_configs, ptxas_table,
                      ptxas_table_path, structural_ok)
 

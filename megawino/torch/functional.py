@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
+from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, run_gpu, weight_token, weights_changed
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
@@ -182,7 +182,7 @@ def _run_cpu(x, weight, stride: int, padding: int, channels_last: bool, algo: st
     r, s = weight.shape[2:]
     if algo == "pytorch" or (r, s) != (3, 3) or stride != 1:
         return F.conv2d(x, weight, None, stride, padding), "pytorch" if algo == "pytorch" else "pytorch-cpu"
-    from ..executor import conv2d_cpu
+    from ..cpu.executor import conv2d_cpu
     w = weight.detach().contiguous().numpy()
     if channels_last:
         y = conv2d_cpu(x.detach().permute(0, 2, 3, 1).contiguous().numpy(), w, padding=padding,

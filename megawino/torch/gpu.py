@@ -20,8 +20,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..resources import source_hash
-from ..spec import LayerSpec
+from ..core.resources import source_hash
+from ..core.spec import LayerSpec
 
 __all__ = ["run_gpu", "candidate_algos", "weight_token", "weights_changed", "runtime_views",
            "MEGAWINO_ALGOS"]
@@ -107,7 +107,7 @@ def _torch_workspace(nbytes: int):
 def _gpu():
     """(cupy, megawino.runtime), with the runtime's workspaces on torch's allocator."""
     from .. import runtime
-    from ..nvrtc import cupy_module
+    from ..gpu.nvrtc import cupy_module
     cupy = cupy_module()
     runtime.set_allocator(_torch_workspace)
     return cupy, runtime

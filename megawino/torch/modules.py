@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
+from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
 from .gpu import convolutions_are_ieee, ieee_fp32_convolutions
 

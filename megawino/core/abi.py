@@ -1,0 +1,126 @@
+"""The binary interface between the host and the kernels, defined once here and
+generated into ``cuda/generated_tasks.cuh`` by :mod:`megawino.gpu.codegen`.
+
+* ``PARAM_FIELDS``: the runtime parameter struct ``mw::Params`` (every field a
+  64-bit integer, pointers included), filled by the runtime as an int64 array.
+* ``STATE_WORDS`` / ``STATUS_FIELDS``: the scheduler's state words, each on its
+  own 128-byte line (see cuda/scheduler.cuh for what they mean).
+* ``TRACE_FIELDS`` / ``TRACE_DTYPE``: one row of the megakernel's trace (``mw::TraceRow``).
+* The task record is :data:`megawino.core.tasks.TASK_RECORD_DTYPE` (``mw::TaskRecord``).
+* ``DIRECT_KERNEL_ARGS``: the direct kernel's arguments in order (``mw_direct_conv`` in
+  ``cuda/generated_direct.cuh``; :func:`megawino.direct.kernel.launch` passes them so).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
+
+PARAM_FIELDS = (
+    # device buffers (addresses)
+    ("U", "float [alpha2][c_stride][k_stride]"),
+    ("V", "float [alpha2][tiles_padded][c_stride]"),
+    ("Mbuf", "float [alpha2][tiles_padded][k_stride]"),
+    ("records", "int32 [num_tasks][REC_FIELDS]"),
+    ("mapping", "int32 [num_tasks]: ticket -> task id"),
+    ("ticket_records", "int32 [num_tasks][REC_FIELDS]: records[mapping], the megakernel's by ticket"),
+    ("counters", "uint32 [num_counters * COUNTER_STRIDE]"),
+    ("state", "int32 [STATE_WORDS]"),
+    ("trace", "TraceRow [num_tasks] or 0"),
+    # layer (megawino.core.spec.LayerSpec)
+    ("N", ""), ("C", ""), ("K", ""), ("H", ""), ("W", ""), ("pad", ""),
+    ("out_h", ""), ("out_w", ""),
+    # layout and task sizes (megawino.core.tasks.Layout, TaskParams)
+    ("tiles_h", ""), ("tiles_w", ""), ("tiles", ""), ("tiles_per_group", ""),
+    ("tiles_padded", ""), ("c_stride", ""), ("k_stride", ""),
+    ("input_channels_per_task", ""), ("gemm_k_per_task", ""), ("k_blocks", ""),
+    ("output_k_per_task", ""), ("filter_pairs_per_task", ""),
+    ("input_tiles_per_task", ""), ("output_tiles_per_task", ""),
+    ("num_tasks", ""), ("num_counters", ""),
+    ("timeout_ns", "watchdog limit of one wait"),
+)
+
+# The direct kernel's arguments: scalars (CuPy passes no structs), each a field of
+# mw_direct::Params of the same name (cuda/direct_conv.cuh).
+DIRECT_KERNEL_ARGS = (
+    ("x", "const float* __restrict__"), ("wt", "const float* __restrict__"),
+    ("table", "const int2* __restrict__"), ("y", "float* __restrict__"),
+    *((name, "int") for name in ("C", "H", "W", "K", "R", "S", "OH", "OW", "M", "stride", "pad",
+                                 "ktiles", "ldw", "vec_x")),
+)
+
+
+def direct_kernel_lines() -> list[str]:
+    """``mw_direct_conv``: the direct kernel's entry point, its arguments DIRECT_KERNEL_ARGS
+    copied into one mw_direct::Params (the tile sizes are cuda/direct.cu's MW_DIRECT_* defines)."""
+    params = ", ".join(f"{c_type} {name}" for name, c_type in DIRECT_KERNEL_ARGS)
+    return ['extern "C" __global__ void __launch_bounds__(MwDirectTile::THREADS, MW_DIRECT_MINBLOCKS)',
+            f"mw_direct_conv({params}) {{",
+            "  mw_direct::Params p;",
+            "  " + " ".join(f"p.{name} = {name};" for name, _ in DIRECT_KERNEL_ARGS),
+            "  mw_direct::conv_block<MW_DIRECT_BM, MW_DIRECT_BN, MW_DIRECT_BK, MW_DIRECT_TM, MW_DIRECT_TN,",
+            "                        MW_DIRECT_NHWC != 0>(p);",
+            "}", ""]
+
+
+# Scheduler state: one word per 128-byte line, in this order.
+STATE_LINES = ("HEAD", "EXIT", "ABORT", "BREAK", "STATUS")
+# FLAG and the details describe the first timeout of the launch in flight; the last block to
+# leave adds FLAG to FIRED (launches that fired, never reset) and clears FLAG, so a copy of this
+# line taken after each launch tells the host which launch fired and why.
+STATUS_FIELDS = ("FLAG", "TICKET", "TASK", "COUNTER", "VALUE", "NEED", "FIRED")
+
+
+# One trace row per ticket (int64 each): the SM that ran it and three %globaltimer times (ns):
+# ticket fetched, parents done (work starts), work done.
+TRACE_FIELDS = ("sm", "fetch", "start", "end")
+TRACE_DTYPE = np.dtype([(name, np.int64) for name in TRACE_FIELDS])
+
+
+def state_offset(name: str) -> int:
+    """Word offset of a state line (``HEAD`` ... ``STATUS``)."""
+    return STATE_LINES.index(name) * COUNTER_STRIDE
+
+
+STATE_WORDS = len(STATE_LINES) * COUNTER_STRIDE
+assert len(STATUS_FIELDS) <= COUNTER_STRIDE
+
+
+def struct_lines(name: str, dtype: np.dtype, c_type: str, prefix: str, doc: str) -> list[str]:
+    """A 16-byte-aligned C struct with the fields of ``dtype`` (all ``c_type``), the field
+    indices as ``<prefix>_<FIELD>`` constants, and a static_assert on its size (the offsets:
+    :func:`offset_asserts`)."""
+    lines = [f"// {doc}", f"struct alignas(16) {name} {{ {c_type} {', '.join(dtype.names)}; }};"]
+    indices = ", ".join(f"{prefix}_{field.upper()} = {i}" for i, field in enumerate(dtype.names))
+    lines += [f"constexpr int {indices}, {prefix}_FIELDS = {len(dtype.names)};",
+              f'static_assert(sizeof({name}) == {dtype.itemsize}, "{name}: the size of the NumPy dtype");']
+    return lines + [""]
+
+
+def offset_asserts(structs) -> list[str]:
+    """static_asserts on the field offsets of ``(name, dtype)`` structs; NVRTC has no offsetof,
+    so nvcc (the CPU build test) checks them."""
+    lines = ["#ifndef __CUDACC_RTC__"]
+    for name, dtype in structs:
+        offsets = " && ".join(f"__builtin_offsetof({name}, {field}) == {dtype.fields[field][1]}"
+                              for field in dtype.names)
+        lines.append(f'static_assert({offsets}, "{name}: the field offsets of the NumPy dtype");')
+    return lines + ["#endif", ""]
+
+
+def header_lines() -> list[str]:
+    lines = struct_lines("TaskRecord", TASK_RECORD_DTYPE, "int", "REC",
+                         "One task record (megawino/core/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: "
+                         "none.")
+    lines += struct_lines("TraceRow", TRACE_DTYPE, "long long", "TRACE",
+                          "One megakernel trace row per ticket (megawino/core/abi.py TRACE_DTYPE): SM id, "
+                          "times in ns.")
+    lines += offset_asserts((("TaskRecord", TASK_RECORD_DTYPE), ("TraceRow", TRACE_DTYPE)))
+    lines += ["// Runtime parameters of one plan (megawino/core/abi.py PARAM_FIELDS).", "struct Params {"]
+    for name, doc in PARAM_FIELDS:
+        lines.append(f"  long long {name};" + (f"  // {doc}" if doc else ""))
+    lines += ["};", "", "// Scheduler state words (megawino/core/abi.py STATE_LINES), one per 128-byte line."]
+    lines.append("constexpr int " + ", ".join(f"STATE_{name} = {state_offset(name)}" for name in STATE_LINES)
+                 + f", STATE_WORDS = {STATE_WORDS};")
+    lines += ["constexpr int " + ", ".join(f"STATUS_{name} = {i}" for i, name in enumerate(STATUS_FIELDS)) + ";", ""]
+    return lines

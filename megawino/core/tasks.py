@@ -1,0 +1,360 @@
+"""Task types, task parameters, buffer layout and the task graph.
+
+This module is the single source of truth shared by the CPU executor, the
+simulator, the mapping validator and the CUDA megakernel (whose task-type codes,
+record fields and alignment constants are generated from here into
+``cuda/generated_tasks.cuh`` by :mod:`megawino.gpu.codegen`).
+
+A task is the work of one thread block of the non-fused kernels (seed 002,
+section 5.1).  Tiles are split into ``num_groups`` groups of ``tiles_per_group``
+tiles; per group there are ``inputs_per_group`` input-transform tasks (channel
+chunks x tile parts), ``gemms_per_group`` GEMM tasks (one per transform position and K block)
+and ``outputs_per_group`` output-transform tasks (K chunks).  ``num_filter_tasks``
+filter-transform tasks are shared by every group.
+
+Dependencies go through counters, as in the megakernel: a task *signals* one
+counter when it ends and *waits* on up to two counters.  In the networkx graph
+counters are join nodes between parents and children, so each counter's
+expected value is its in-degree and the graph stays linear in the task count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+
+import networkx as nx
+import numpy as np
+
+from .spec import LayerSpec
+from .winograd import tiles_for
+
+
+class TaskType(enum.IntEnum):
+    FILTER = 0   # filter transform: w -> U
+    INPUT = 1    # input transform: x -> V
+    GEMM = 2     # one transform position x one K block: M[p] = V[p] U[p]
+    OUTPUT = 3   # output transform: M -> y
+
+
+# Fields of one task record (int32 each), in order.  ``need_*`` is the count a
+# waited counter must reach per launch; -1 in ``wait_*`` / ``signal`` means none.
+TASK_RECORD_FIELDS = ("type", "group", "index", "wait_a", "need_a", "wait_b", "need_b", "signal")
+# One record as a NumPy structured dtype: TaskGraph.records stays int32 [num_tasks][8] (the
+# bytes the kernels read, as the generated C struct mw::TaskRecord); views of it name the fields.
+TASK_RECORD_DTYPE = np.dtype([(name, np.int32) for name in TASK_RECORD_FIELDS])
+NO_COUNTER = -1
+
+# Alignment of the buffer strides (the CUDA GEMM reads 16-byte vectors).
+CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a multiple of this
+K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
+GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
+COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
+LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE_CHANNELS in
+                         # cuda/params.cuh): a task with
+                         # fewer channels leaves lanes idle and is no faster
+TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
+                          # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
+                          # 256-thread block busy on one 32-channel chunk
+
+# Size limits (check_size): the kernels hold tile ids, channel indices, task ids, tickets and
+# counter offsets in int32, and the task records are int32.
+INT32_MAX = 2**31 - 1
+# Upper bounds of the TaskParams sizes: a transform task's work items (tiles x channels, a
+# 32-bit loop index in cuda/input_transform.cuh and output_transform.cuh) stay below 2^30.
+MAX_TILES_PER_GROUP = 2**15
+MAX_CHANNELS_PER_TASK = 2**15
+# Ticket fetches past the last ticket (one per block of the grid: the int32 ticket head
+# counts them too); far above any GPU's resident blocks.
+TICKET_MARGIN = 2**20
+
+
+def round_up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+def _positive_int(name: str, value, limit: int = INT32_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= limit:
+        raise ValueError(f"{name} must be an integer in 1..{limit}, got {value!r}")
+    return int(value)
+
+
+# Upper bound of each TaskParams size (TaskParams.__post_init__, the tables' schema).
+TASK_PARAM_LIMITS = {
+    "tiles_per_group": MAX_TILES_PER_GROUP,
+    "input_channels_per_task": MAX_CHANNELS_PER_TASK,
+    "gemm_k_per_task": MAX_CHANNELS_PER_TASK,
+    "output_k_per_task": MAX_CHANNELS_PER_TASK,
+    "filter_pairs_per_task": INT32_MAX,
+    "input_tiles_per_task": MAX_TILES_PER_GROUP,
+    "output_tiles_per_task": MAX_TILES_PER_GROUP,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskParams:
+    """Per-task work sizes.  ``default_params`` derives them from the layer."""
+
+    m: int = 4                          # output tile size: F(m x m, 3 x 3)
+    tiles_per_group: int = 128          # t: tiles of one task group (GEMM rows)
+    input_channels_per_task: int = 32   # channels one input-transform task covers
+    gemm_k_per_task: int = 64           # output channels one GEMM task covers
+    output_k_per_task: int = 32         # output channels one output-transform task covers
+    filter_pairs_per_task: int = 1024   # (c, k) filter pairs one filter-transform task covers
+    # Tiles one input / output transform task covers: a divisor of tiles_per_group (None: the
+    # whole group).  Splitting a group's tiles over several transform tasks shortens the first
+    # and last phase of small layers, where a handful of long transform tasks kept most blocks
+    # idle.
+    input_tiles_per_task: int | None = None
+    output_tiles_per_task: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.m, bool) or self.m not in (2, 4):
+            raise ValueError(f"TaskParams.m must be 2 or 4, got {self.m!r}")
+        for field in ("tiles_per_group", "input_channels_per_task", "gemm_k_per_task",
+                      "output_k_per_task", "filter_pairs_per_task"):
+            _positive_int(f"TaskParams.{field}", getattr(self, field), TASK_PARAM_LIMITS[field])
+        if self.tiles_per_group % GEMM_BLOCK_ROWS:
+            raise ValueError(f"TaskParams.tiles_per_group must be a multiple of {GEMM_BLOCK_ROWS}, "
+                             f"got {self.tiles_per_group}")
+        if self.gemm_k_per_task % K_ALIGN:
+            raise ValueError(f"TaskParams.gemm_k_per_task must be a multiple of {K_ALIGN}, "
+                             f"got {self.gemm_k_per_task}")
+        for field in ("input_tiles_per_task", "output_tiles_per_task"):
+            value = getattr(self, field)
+            if value is None:
+                object.__setattr__(self, field, self.tiles_per_group)
+                continue
+            value = _positive_int(f"TaskParams.{field}", value, TASK_PARAM_LIMITS[field])
+            if value % TRANSFORM_MIN_TILES or self.tiles_per_group % value:
+                raise ValueError(f"TaskParams.{field} must be a multiple of {TRANSFORM_MIN_TILES} "
+                                 f"that divides tiles_per_group ({self.tiles_per_group}), got {value}")
+            object.__setattr__(self, field, value)
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Sizes and strides of the Winograd buffers, shared by every executor.
+
+    U[alpha2][c_stride][k_stride], V[alpha2][tiles_padded][c_stride],
+    M[alpha2][tiles_padded][k_stride].  Padding rows / channels hold zeros: the
+    tasks that write a buffer also write its padding, so no buffer relies on
+    having been cleared.
+    """
+
+    spec: LayerSpec
+    params: TaskParams
+
+    @property
+    def alpha(self) -> int:
+        return self.params.alpha
+
+    @property
+    def alpha2(self) -> int:
+        return self.params.alpha ** 2
+
+    @property
+    def tiles_h(self) -> int:
+        return tiles_for(self.spec.out_h, self.params.m)
+
+    @property
+    def tiles_w(self) -> int:
+        return tiles_for(self.spec.out_w, self.params.m)
+
+    @property
+    def tiles(self) -> int:
+        return self.spec.N * self.tiles_h * self.tiles_w
+
+    @property
+    def num_groups(self) -> int:
+        return -(-self.tiles // self.params.tiles_per_group)
+
+    @property
+    def tiles_padded(self) -> int:
+        return self.num_groups * self.params.tiles_per_group
+
+    @property
+    def c_stride(self) -> int:
+        return round_up(self.spec.C, CHANNEL_ALIGN)
+
+    @property
+    def k_stride(self) -> int:
+        return round_up(self.spec.K, K_ALIGN)
+
+    @property
+    def u_shape(self) -> tuple[int, int, int]:
+        return (self.alpha2, self.c_stride, self.k_stride)
+
+    @property
+    def v_shape(self) -> tuple[int, int, int]:
+        return (self.alpha2, self.tiles_padded, self.c_stride)
+
+    @property
+    def m_shape(self) -> tuple[int, int, int]:
+        return (self.alpha2, self.tiles_padded, self.k_stride)
+
+    # ---- task counts -------------------------------------------------
+    @property
+    def num_filter_tasks(self) -> int:           # N_F
+        return -(-(self.c_stride * self.k_stride) // self.params.filter_pairs_per_task)
+
+    @property
+    def input_tile_parts(self) -> int:           # input tasks per channel chunk of a group
+        return self.params.tiles_per_group // self.params.input_tiles_per_task
+
+    @property
+    def inputs_per_group(self) -> int:           # S_I
+        return -(-self.c_stride // self.params.input_channels_per_task) * self.input_tile_parts
+
+    @property
+    def k_blocks(self) -> int:
+        return -(-self.k_stride // self.params.gemm_k_per_task)
+
+    @property
+    def gemms_per_group(self) -> int:            # S_G
+        return self.alpha2 * self.k_blocks
+
+    @property
+    def output_tile_parts(self) -> int:          # output tasks per K chunk of a group
+        return self.params.tiles_per_group // self.params.output_tiles_per_task
+
+    @property
+    def outputs_per_group(self) -> int:          # S_O
+        return -(-self.spec.K // self.params.output_k_per_task) * self.output_tile_parts
+
+    @property
+    def num_tasks(self) -> int:
+        return self.num_filter_tasks + self.num_groups * (
+            self.inputs_per_group + self.gemms_per_group + self.outputs_per_group)
+
+    # ---- slices a task covers (the CPU executor and the kernels agree on these) ----
+    def filter_pair_range(self, index: int) -> tuple[int, int]:
+        per = self.params.filter_pairs_per_task
+        return index * per, min(self.c_stride * self.k_stride, (index + 1) * per)
+
+    def group_tile_range(self, group: int) -> tuple[int, int]:
+        t = self.params.tiles_per_group
+        return group * t, (group + 1) * t        # rows of V and M (padded rows included)
+
+    def _transform_slice(self, group: int, index: int, tiles_per_task: int, per: int,
+                         total: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        # index = chunk * parts + part (transform_slice in cuda/input_transform.cuh)
+        chunk, part = divmod(index, self.params.tiles_per_group // tiles_per_task)
+        t0 = group * self.params.tiles_per_group + part * tiles_per_task
+        return (t0, t0 + tiles_per_task), (chunk * per, min(total, (chunk + 1) * per))
+
+    def input_slices(self, group: int, index: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(tile range, channel range) of input task ``index`` of ``group`` (padding included)."""
+        return self._transform_slice(group, index, self.params.input_tiles_per_task,
+                                     self.params.input_channels_per_task, self.c_stride)
+
+    def gemm_position_kblock(self, index: int) -> tuple[int, int]:
+        """GEMM task index j -> (transform position p, K block); j = p * k_blocks + kb,
+        so the paper's 'jth filter matrix' is U[p][:, K block]."""
+        return divmod(index, self.k_blocks)
+
+    def gemm_k_range(self, k_block: int) -> tuple[int, int]:
+        per = self.params.gemm_k_per_task
+        return k_block * per, min(self.k_stride, (k_block + 1) * per)
+
+    def output_slices(self, group: int, index: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(tile range, output channel range) of output task ``index`` of ``group``."""
+        return self._transform_slice(group, index, self.params.output_tiles_per_task,
+                                     self.params.output_k_per_task, self.spec.K)
+
+    # ---- counters ----------------------------------------------------
+    @property
+    def num_counters(self) -> int:
+        return 1 + 2 * self.num_groups
+
+    def counter_filters_done(self) -> int:
+        return 0
+
+    def counter_inputs_done(self, group: int) -> int:
+        return 1 + group
+
+    def counter_products_done(self, group: int) -> int:
+        return 1 + self.num_groups + group
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskGraph:
+    """All tasks of one layer as a record table, plus the derived networkx graph.
+
+    Task ids: filter tasks first, then input tasks (group-major), GEMM tasks
+    (group-major, then j), output tasks (group-major).  ``records[id]`` holds the
+    TASK_RECORD_FIELDS of that task.
+    """
+
+    layout: Layout
+    records: np.ndarray          # int32 [num_tasks][len(TASK_RECORD_FIELDS)]
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.records.shape[0])
+
+    @property
+    def typed_records(self) -> np.ndarray:
+        """The records as a [num_tasks] array of TASK_RECORD_DTYPE (a view: same memory)."""
+        return self.records.view(TASK_RECORD_DTYPE).reshape(-1)
+
+    def field(self, name: str) -> np.ndarray:
+        return self.typed_records[name]
+
+    @property
+    def types(self) -> np.ndarray:
+        return self.field("type")
+
+    def ids_of(self, task_type: TaskType) -> np.ndarray:
+        return np.flatnonzero(self.types == int(task_type))
+
+    @functools.cached_property
+    def counter_need(self) -> np.ndarray:
+        """Signals each counter receives per launch (= the counter node's in-degree)."""
+        signal = self.field("signal")
+        return np.bincount(signal[signal >= 0], minlength=self.layout.num_counters).astype(np.int64)
+
+    @functools.cached_property
+    def counter_parents(self) -> list[np.ndarray]:
+        """Task ids signalling each counter."""
+        signal = self.field("signal")
+        order = np.argsort(signal, kind="stable")
+        sorted_signal = signal[order]
+        bounds = np.searchsorted(sorted_signal, np.arange(self.layout.num_counters + 1))
+        return [order[bounds[c]:bounds[c + 1]] for c in range(self.layout.num_counters)]
+
+    def describe_task(self, task: int) -> str:
+        rec = self.typed_records[task]
+        code, group, index = int(rec["type"]), int(rec["group"]), int(rec["index"])
+        kind = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
+        if kind in ("INPUT", "OUTPUT"):
+            slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
+            (t0, t1), (c0, c1) = slices(group, index)
+            return f"{kind} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
+        return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(
+            kind, f"{kind} g={group} #{index}")
+
+    def to_networkx(self) -> nx.DiGraph:
+        """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``
+        with edges parent -> counter -> child."""
+        graph = nx.DiGraph()
+        records = [dict(zip(TASK_RECORD_FIELDS, rec)) for rec in self.records.tolist()]
+        for task, rec in enumerate(records):
+            kind = TaskType(rec["type"]) if rec["type"] in TaskType._value2member_map_ else rec["type"]
+            graph.add_node(("task", task), type=kind, group=rec["group"], index=rec["index"])
+        graph.add_nodes_from(("counter", counter) for counter in range(self.layout.num_counters))
+        for task, rec in enumerate(records):
+            if rec["signal"] >= 0:
+                graph.add_edge(("task", task), ("counter", rec["signal"]))
+            graph.add_edges_from((("counter", rec[w]), ("task", task))
+                                 for w in ("wait_a", "wait_b") if rec[w] >= 0)
+        return graph
+
+    def task_parents(self, task: int) -> np.ndarray:
+        rec = self.typed_records[task]
+        parts = [self.counter_parents[rec[w]] for w in ("wait_a", "wait_b") if rec[w] >= 0]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

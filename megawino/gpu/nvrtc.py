@@ -1,0 +1,190 @@
+"""CuPy access, NVRTC compilation of the Winograd modules (``cuda/megakernel.cu``,
+``cuda/nonfused.cu``) cached per compile-time variant, and their occupancy.
+
+Nothing here touches CUDA at import time; CuPy is imported on first use.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+
+import numpy as np
+
+from ..core.resources import cuda_dir, source_hash
+
+BLOCK_THREADS = 256
+KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
+# How the batched GEMM multiplies (cuda/gemm.cuh) -> its MW_GEMM_TF32X3 value.
+# "3xtf32": tensor cores, each fp32 operand split into two TF32 parts, fp32 accumulation (the
+# default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per element.
+GEMM_MATHS = {"3xtf32": 1, "ffma": 0}
+DEFAULT_GEMM_MATH = "3xtf32"
+
+
+def check_gemm_math(gemm_math: str) -> str:
+    if gemm_math not in GEMM_MATHS:
+        raise ValueError(f"gemm_math must be one of {tuple(GEMM_MATHS)}, got {gemm_math!r}")
+    return gemm_math
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees a CUDA device."""
+    try:
+        import cupy
+    except ImportError:
+        return False
+    try:
+        return bool(cupy.is_available())
+    except Exception:  # driver missing or broken
+        return False
+
+
+def cupy_module():
+    """The cupy module, or a RuntimeError that says how to install it."""
+    try:
+        import cupy
+    except ImportError:  # pragma: no cover - depends on the machine
+        raise RuntimeError("megawino's GPU runtime needs CuPy (pip install 'megawino[gpu]'); without a "
+                           "GPU, megawino.conv2d_cpu runs the reference path") from None
+    return cupy
+
+
+def as_cupy(arr, name: str):
+    """``arr`` as a CuPy array: CuPy arrays as they are, DLPack GPU tensors through
+    ``cupy.from_dlpack``; anything else (NumPy arrays included) is a ValueError."""
+    cupy = cupy_module()
+    if isinstance(arr, cupy.ndarray):
+        return arr
+    if hasattr(arr, "__dlpack__") and not isinstance(arr, np.ndarray):
+        return cupy.from_dlpack(arr)
+    raise ValueError(f"{name} must be a CuPy array (or a DLPack GPU tensor), got {type(arr).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# Compilation (NVRTC via CuPy), cached per variant
+# ---------------------------------------------------------------------------
+
+_MODULES: dict = {}
+_LOCK = threading.Lock()
+
+EXTRA_DEFINES_ENV = "MEGAWINO_CUDA_DEFINES"
+
+
+# What a user sets instead of each define the runtime owns (compile_options decides which
+# defines those are; tests check that every one of them has a hint here).
+OWNED_DEFINE_HINTS = {
+    "MW_M": "the task parameters' m (TaskParams(m=...))",
+    "MW_NHWC": "the layer's layout (LayerSpec(layout=...) or conv2d(layout=...))",
+    "MW_TRACE": "plan(..., trace=True)",
+    "MW_GEMM_TF32X3": "the gemm_math= argument of conv2d / plan",
+    "MW_SOURCE_HASH": "nothing: it keys the kernel cache to the CUDA sources",
+}
+_DEFINE_RE = re.compile(r"-D([A-Za-z_][A-Za-z0-9_]*)(=\S*)?")
+
+
+def define_name(option: str) -> str | None:
+    """NAME of a well-formed ``-DNAME`` / ``-DNAME=VALUE`` option, else None."""
+    match = _DEFINE_RE.fullmatch(option)
+    return match.group(1) if match else None
+
+
+def extra_defines() -> tuple[str, ...]:
+    """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
+    compile: how an opt-in CUDA variant runs under the tests and bench scripts.
+    Malformed entries and defines the runtime owns (:func:`owned_defines`) are a ValueError."""
+    return check_extra_defines(tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split()))
+
+
+def check_extra_defines(extra) -> tuple[str, ...]:
+    """``extra`` if every entry is ``-DNAME`` or ``-DNAME=VALUE`` and no NAME is one the runtime
+    owns (:func:`owned_defines`); else a ValueError naming the entry."""
+    extra = tuple(extra)
+    bad = [t for t in extra if define_name(t) is None]
+    if bad:
+        raise ValueError(f"{EXTRA_DEFINES_ENV} takes -DNAME or -DNAME=VALUE options only, got "
+                         f"{' '.join(bad)}")
+    for option in extra:
+        name = define_name(option)
+        if name in owned_defines():
+            hint = OWNED_DEFINE_HINTS.get(name, "the runtime's own arguments")
+            raise ValueError(f"{EXTRA_DEFINES_ENV}: {option} sets {name}, which the runtime "
+                             f"defines itself; use {hint} instead")
+    return extra
+
+
+def _runtime_options(m: int, layout: str, trace: bool, gemm_math: str) -> list[str]:
+    """The options the runtime itself passes (include path, standard, its own defines)."""
+    check_gemm_math(gemm_math)
+    opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
+            f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}",
+            f"-DMW_GEMM_TF32X3={GEMM_MATHS[gemm_math]}"]
+    if trace:
+        opts.append("-DMW_TRACE")
+    return opts
+
+
+@functools.lru_cache(maxsize=1)
+def owned_defines() -> frozenset[str]:
+    """Names of the defines the runtime sets in some variant (of :func:`compile_options`, traced:
+    MW_TRACE is owned even where a variant leaves it undefined)."""
+    names = (define_name(o) for o in _runtime_options(4, "NCHW", True, DEFAULT_GEMM_MATH))
+    return frozenset(n for n in names if n is not None)
+
+
+def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_GEMM_MATH) -> tuple[str, ...]:
+    return with_defines(_runtime_options(m, layout, trace, gemm_math), extra_defines())
+
+
+def with_defines(options, extra) -> tuple[str, ...]:
+    """``options`` + ``extra``; an entry of ``extra`` that is malformed or defines a name the
+    runtime owns is a ValueError (a variant must not silently change m, the layout, tracing or
+    the GEMM arithmetic under a plan that was made for other values)."""
+    return tuple(options) + check_extra_defines(extra)
+
+
+# Compute capabilities whose architecture-specific target the kernels are built for: sm_90a has
+# the warpgroup MMAs (wgmma) the GEMM uses there.  NVRTC takes this -arch after CuPy's own.
+ARCH_SPECIFIC_TARGETS = {"90": "sm_90a"}
+
+
+def arch_options(compute_capability: str) -> tuple[str, ...]:
+    """The ``-arch`` option for a device of ``compute_capability`` (CuPy's string, e.g. "90"):
+    its architecture-specific target where one is used, else none (CuPy's own -arch)."""
+    target = ARCH_SPECIFIC_TARGETS.get(str(compute_capability))
+    return (f"-arch={target}",) if target else ()
+
+
+def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
+    """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
+    ``cuda/nonfused.cu`` (kind "nonfused") for one variant, built for the current device."""
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
+    variant = (kind, int(m), layout, bool(trace and kind == "megakernel"), check_gemm_math(gemm_math),
+               source_hash(), extra_defines())    # checked before CuPy is imported
+    cupy = cupy_module()
+    capability = cupy.cuda.Device().compute_capability
+    key = variant + (capability,)
+    with _LOCK:
+        mod = _MODULES.get(key)
+        if mod is None:
+            code = (cuda_dir() / f"{kind}.cu").read_text()
+            options = compile_options(m, layout, key[3], gemm_math) + arch_options(capability)
+            mod = cupy.RawModule(code=code, options=options)
+            _MODULES[key] = mod
+    return mod
+
+
+def gemm_uses_wgmma(mod) -> bool:
+    """Whether a compiled Winograd module's GEMM runs on warpgroup MMAs (its ``mw_gemm_wgmma``)."""
+    cupy = cupy_module()
+    flag = cupy.ndarray((1,), cupy.int32, memptr=mod.get_global("mw_gemm_wgmma"))
+    return bool(int(flag.get()[0]))
+
+
+def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:
+    """Resident blocks per SM of a loaded kernel (the occupancy API)."""
+    from cupy_backends.cuda.api import driver
+    ptr = int(getattr(fn, "kernel", fn).ptr)
+    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(ptr, threads, dynamic_smem))

@@ -1,0 +1,375 @@
+"""Plans: one layer shape on the GPU, ready to launch many times.
+
+* :class:`Plan` runs a Winograd layer as the persistent megakernel or as the four non-fused
+  kernels; :class:`DirectPlan` runs the direct path.
+* Calls are asynchronous on CuPy's current stream.  Each stream gets its own workspace (the
+  buffers V and M, the scheduler's counters and state, the parameter blocks), so calls on two
+  streams or from two threads never share scratch memory.
+* With a ``weight_token`` the prepared weights (U, or the direct path's packed filters) are
+  reused while the token stays the same; the megakernel then runs the graph without its filter
+  tasks.  While a stream is captured into a CUDA graph the weights are prepared inside the
+  captured work, so replays follow later changes of the weight memory.
+* A megakernel launch whose watchdog fired is reported by the next call of the plan (launches
+  whose status has arrived) or by :meth:`Plan.check` / ``megawino.synchronize()``.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from ..core import abi, task_types
+from ..tuning import table as tuning
+from . import weights, workspace
+from ..schedule import mapping as mapping_mod
+from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
+                    cupy_module, module)
+from ..core.spec import LayerSpec
+from ..core.task_sizes import build_graph
+from ..core.tasks import COUNTER_STRIDE, NO_COUNTER, TaskGraph, TaskParams, TaskType
+from .call_checks import default_timeout_s, prepare_call, require_gpu
+from .workspace import WatchdogError
+
+
+_LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def resolve_order(graph, mapping) -> np.ndarray:
+    """None -> interleaved (default MappingParams); MappingParams -> interleaved with
+    them; "sequential" / "interleaved"; or an explicit ticket order (validated)."""
+    if mapping is None or (isinstance(mapping, str) and mapping == "interleaved"):
+        return mapping_mod.build_interleaved(graph, mapping_mod.MappingParams()).order
+    if isinstance(mapping, mapping_mod.MappingParams):
+        return mapping_mod.build_interleaved(graph, mapping).order
+    if isinstance(mapping, str):
+        if mapping == "sequential":
+            return mapping_mod.sequential_mapping(graph)
+        raise ValueError(f"mapping must be None, 'interleaved', 'sequential', MappingParams "
+                         f"or a ticket order, got {mapping!r}")
+    if isinstance(mapping, mapping_mod.Mapping):
+        mapping = mapping.order
+    order = np.asarray(mapping.get() if hasattr(mapping, "get") else mapping)
+    if order.dtype.kind not in "iu":
+        raise mapping_mod.MappingError(f"a mapping holds integer task ids, got dtype {order.dtype}")
+    mapping_mod.validate_mapping(graph, order)
+    return order.astype(np.int32)
+
+
+def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph, np.ndarray]:
+    """The graph and ticket order once U is ready: the filter tasks (the first ids) are gone,
+    the GEMMs no longer wait for them, and the remaining tickets keep their relative order."""
+    n_f = graph.layout.num_filter_tasks
+    kept_graph = TaskGraph(graph.layout, np.array(graph.records[n_f:], dtype=np.int32))   # a copy
+    records = kept_graph.typed_records
+    gemm = records["type"] == int(TaskType.GEMM)
+    records["wait_a"][gemm] = NO_COUNTER
+    records["need_a"][gemm] = 0
+    order = np.asarray(order)
+    kept = order[order >= n_f] - n_f
+    return kept_graph, kept.astype(np.int32)
+
+
+class _Variant:
+    """The task records and ticket order of one form of the graph, on the device."""
+
+    def __init__(self, graph: TaskGraph, order: np.ndarray):
+        cupy = cupy_module()
+        self.graph = graph
+        self.num_tasks = graph.num_tasks
+        self.records = cupy.asarray(np.ascontiguousarray(graph.records, dtype=np.int32))
+        self.mapping = cupy.asarray(np.ascontiguousarray(order, dtype=np.int32))
+        self.ticket_records = cupy.asarray(np.ascontiguousarray(graph.records[order], dtype=np.int32))
+
+    def describe(self, task: int) -> str:
+        return self.graph.describe_task(task) if 0 <= task < self.num_tasks else f"task {task}"
+
+
+class _Workspace:
+    """Scratch of one plan on one stream: V, M, an own U, counters, state, parameter blocks."""
+
+    def __init__(self, plan: "Plan", capturing: bool):
+        lay = plan.task_layout
+        self.pinned = plan.pinned
+        self.created_in_capture = capturing
+        self.U = workspace.alloc(lay.u_shape, np.float32)
+        self.V = workspace.alloc(lay.v_shape, np.float32)
+        self.M = workspace.alloc(lay.m_shape, np.float32)
+        self.counters = workspace.alloc((lay.num_counters * COUNTER_STRIDE,), np.uint32)
+        self.state = workspace.alloc((abi.STATE_WORDS,), np.int32)
+        self.trace = (workspace.alloc((plan.graph.num_tasks, len(abi.TRACE_FIELDS)), np.int64)
+                      if plan.traced else None)
+        self._params = {}
+        self.initialize()
+
+    def initialize(self) -> None:
+        """Counters and state to their launch-ready values, on the current stream."""
+        workspace.memset(self.counters, 0)
+        workspace.memset(self.state, 0)
+        workspace.memset(self.state, 0xFF, abi.state_offset("BREAK"), 1)     # BREAK = -1: none
+        if self.trace is not None:
+            workspace.memset(self.trace, 0)
+        for values, device in self._params.values():
+            self.pinned.upload(device, values)
+
+    def params(self, plan: "Plan", variant: _Variant, U):
+        key = (id(variant), U.data.ptr)
+        found = self._params.get(key)
+        if found is None:
+            values = plan.param_values(self, variant, U)
+            device = workspace.alloc(values.shape, values.dtype)
+            self.pinned.upload(device, values)
+            found = self._params[key] = (values, device)
+        return found[1]
+
+
+class Plan:
+    """One Winograd layer shape on the GPU.  ``plan(x, w)`` runs it (asynchronously)."""
+
+    def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
+                 algo: str = "megakernel", timeout_s: float | None = None, trace: bool = False,
+                 gemm_math: str = DEFAULT_GEMM_MATH):
+        if not isinstance(spec, LayerSpec):
+            raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
+        spec.require_winograd()
+        if algo not in KERNEL_KINDS:
+            raise ValueError(f"algo must be one of {KERNEL_KINDS}, got {algo!r}")
+        if timeout_s is None:
+            timeout_s = default_timeout_s()
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not (timeout_s > 0 and np.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
+        if not isinstance(trace, bool):
+            raise ValueError(f"trace must be True or False, got {trace!r}")
+        if trace and algo != "megakernel":
+            raise ValueError("trace=True needs algo='megakernel'")
+        if params is not None and not isinstance(params, TaskParams):
+            raise ValueError(f"params must be a TaskParams, got {type(params).__name__}")
+        self.gemm_math = check_gemm_math(gemm_math)
+        cupy = require_gpu()
+        if workspace.is_capturing():
+            raise ValueError("a plan cannot be made while the stream is captured into a CUDA graph: "
+                             "call the layer once before capturing")
+        self.spec, self.algo, self.traced = spec, algo, trace
+        self.timeout_s = float(timeout_s)
+        self.device = cupy.cuda.Device().id
+        m = params.m if params is not None else 4
+        mod = module(algo, m, spec.layout, trace, self.gemm_math)
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        if algo == "megakernel":
+            self._mega = mod.get_function("mw_megakernel")
+            self.blocks_per_sm = blocks_per_sm(self._mega)
+        else:
+            self._kernels = {kind.code: mod.get_function(kind.kernel_name)
+                             for kind in task_types.registered() if kind.on_device}
+            self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
+        self.workers = sms * max(1, self.blocks_per_sm)
+        # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
+        self.choice = "given"
+        if params is None or mapping is None:
+            chosen_params, chosen_mapping, self.choice = tuning.choose(
+                spec, tuning.current_gpu_key(), m, self.workers)
+            params = chosen_params if params is None else params
+            mapping = chosen_mapping if mapping is None else mapping
+        self.params = params
+        self.graph = build_graph(spec, self.params)
+        self.task_layout = self.graph.layout   # buffers, task counts, counters (spec.layout: NCHW / NHWC)
+        # Validate the mapping on the host before anything is allocated or launched.
+        self.order = resolve_order(self.graph, mapping)
+        self._full = _Variant(self.graph, self.order)
+        self._prepared = _Variant(*without_filter_tasks(self.graph, self.order))
+        cupy.cuda.get_current_stream().synchronize()   # other streams read these arrays too
+        params_bytes = len(abi.PARAM_FIELDS) * 8
+        self.pinned = workspace.PinnedArena(64 * params_bytes)
+        self._status = workspace.StatusRing() if algo == "megakernel" else None
+        self._workspaces: dict[int, _Workspace] = {}
+        self.captured = False          # a CUDA graph holds its workspaces: never evicted
+        self._lock = threading.RLock()
+        # Task ids of one type are contiguous: (first id, count) per type.
+        self._type_range = {}
+        for kind in task_types.registered():
+            ids = np.flatnonzero(self.graph.types == kind.code)
+            self._type_range[kind.code] = (int(ids[0]) if ids.size else 0, int(ids.size))
+            if ids.size and not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
+                raise RuntimeError(f"task ids of type {kind.name} are not contiguous")
+        _LIVE_PLANS.add(self)
+
+    # ---- buffers -------------------------------------------------------
+    def workspace(self) -> _Workspace:
+        """The current stream's workspace (made on first use)."""
+        return self._workspace(workspace.current_stream_ptr(), workspace.is_capturing())
+
+    def _workspace(self, stream: int, capturing: bool) -> _Workspace:
+        with self._lock:
+            ws = self._workspaces.get(stream)
+            if ws is None:
+                ws = self._workspaces[stream] = _Workspace(self, capturing)
+            elif ws.created_in_capture and not capturing:
+                ws.initialize()               # its first initialisation only runs in replays
+                ws.created_in_capture = False
+        return ws
+
+    @property
+    def U(self):
+        return self.workspace().U
+
+    @property
+    def V(self):
+        return self.workspace().V
+
+    @property
+    def M(self):
+        return self.workspace().M
+
+    def param_values(self, ws: _Workspace, variant: _Variant, U) -> np.ndarray:
+        spec, lay, par = self.spec, self.task_layout, self.params
+        values = {
+            "U": U.data.ptr, "V": ws.V.data.ptr, "Mbuf": ws.M.data.ptr,
+            "records": variant.records.data.ptr, "mapping": variant.mapping.data.ptr,
+            "ticket_records": variant.ticket_records.data.ptr,
+            "counters": ws.counters.data.ptr, "state": ws.state.data.ptr,
+            "trace": ws.trace.data.ptr if ws.trace is not None else 0,
+            "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "pad": spec.padding,
+            "out_h": spec.out_h, "out_w": spec.out_w,
+            "tiles_h": lay.tiles_h, "tiles_w": lay.tiles_w, "tiles": lay.tiles,
+            "tiles_per_group": par.tiles_per_group, "tiles_padded": lay.tiles_padded,
+            "c_stride": lay.c_stride, "k_stride": lay.k_stride,
+            "input_channels_per_task": par.input_channels_per_task,
+            "gemm_k_per_task": par.gemm_k_per_task, "k_blocks": lay.k_blocks,
+            "output_k_per_task": par.output_k_per_task,
+            "filter_pairs_per_task": par.filter_pairs_per_task,
+            "input_tiles_per_task": par.input_tiles_per_task,
+            "output_tiles_per_task": par.output_tiles_per_task,
+            "num_tasks": variant.num_tasks, "num_counters": lay.num_counters,
+            "timeout_ns": int(round(self.timeout_s * 1e9)),
+        }
+        return np.array([int(values[name]) for name, _ in abi.PARAM_FIELDS], dtype=np.int64)
+
+    # ---- running -------------------------------------------------------
+    def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
+        """Launch the layer on the current stream and return ``out`` (allocated when None)
+        without waiting.  ``check``: first raise for an earlier launch of this plan whose
+        watchdog fired (its status already arrived); ``weight_token``: see megawino.gpu.weights."""
+        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+
+    def run(self, x, w, out, check: bool = True, weight_token=None):
+        """The launch of :meth:`__call__` on arrays already checked and made ready
+        (``call_checks.prepare_call``): conv2d's path, which checked them itself."""
+        with self._lock:
+            if check:
+                self._raise_reports(done_only=True)
+            stream = workspace.current_stream_ptr()
+            capturing = workspace.is_capturing()
+            ws = self._workspace(stream, capturing)
+            self.captured = self.captured or capturing
+            entry = None
+            if weight_token is None:
+                U, prepared = ws.U, False
+            else:
+                entry = weights.CACHE.get(("winograd", self.device, weight_token, self.task_layout.u_shape),
+                                          self.task_layout.u_shape)
+                U, prepared = entry.array, entry.ready and not capturing
+                entry.pinned = entry.pinned or capturing
+                if prepared:
+                    entry.wait_on(stream)
+            # The non-fused kernels index records by task id: they keep the full graph and only
+            # skip the filter stage.
+            variant = self._prepared if prepared and self.algo == "megakernel" else self._full
+            pbuf = ws.params(self, variant, U)
+            if self.algo == "megakernel":
+                grid = max(1, min(variant.num_tasks, self.workers))
+                report = self._status.claim(id(ws), capturing, variant.describe)
+                try:
+                    self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out, np.uint64(report)))
+                except BaseException:
+                    self._status.abandon(report)
+                    raise
+            else:
+                arrays = {"w": w, "x": x, "y": out}
+                for kind in task_types.registered():
+                    if kind.on_device and not (prepared and kind.code == TaskType.FILTER):
+                        self._launch(pbuf, kind.code, arrays.get(kind.kernel_array))
+            if entry is not None and not entry.ready and not capturing:
+                entry.mark_ready(stream)
+        return out
+
+    def _launch(self, pbuf, task_type: int, array=None) -> None:
+        first, count = self._type_range[int(task_type)]
+        if count:
+            takes_array = task_types.info(task_type).kernel_array is not None
+            args = (pbuf,) + ((array,) if takes_array else ()) + (np.int32(first),)
+            self._kernels[int(task_type)]((count,), (BLOCK_THREADS,), args)
+
+    def launch_stage(self, task_type: TaskType, array=None) -> None:
+        """Non-fused path: launch one stage's kernel (one block per task) on the current
+        stream's workspace.  FILTER takes w, INPUT x, OUTPUT y, GEMM nothing."""
+        if self.algo != "nonfused":
+            raise RuntimeError("launch_stage needs algo='nonfused'")
+        ws = self.workspace()
+        self._launch(ws.params(self, self._full, ws.U), task_types.info(task_type).code, array)
+
+    def _raise_reports(self, done_only: bool) -> None:
+        if self.algo != "megakernel":
+            return
+        reports = self._status.collect(done_only)
+        if reports:
+            raise WatchdogError(f"megakernel watchdog ({self.spec.describe()}, limit {self.timeout_s} s "
+                                "per wait): " + "; ".join(reports))
+
+    def check(self) -> None:
+        """Wait for the device, then raise RuntimeError for every launch of this plan whose
+        watchdog fired since the last check."""
+        if workspace.is_capturing():
+            raise ValueError("check() synchronizes: it cannot run while the stream is captured")
+        cupy_module().cuda.Device(self.device).synchronize()
+        with self._lock:
+            self._raise_reports(done_only=False)
+
+    def reset(self) -> None:
+        """Put counters, ticket head and status of every workspace back to their initial values."""
+        cupy = cupy_module()
+        cupy.cuda.Device(self.device).synchronize()
+        with self._lock:
+            for ws in self._workspaces.values():
+                ws.initialize()
+        cupy.cuda.Device(self.device).synchronize()
+
+    def trace(self) -> np.ndarray:
+        """int64 [tickets][4], the fields of ``abi.TRACE_FIELDS``: SM id, fetch time, start time
+        after the wait, end time (ns, %globaltimer) of the current stream's last launch."""
+        if not self.traced:
+            raise RuntimeError("this plan was made without trace=True")
+        return self.workspace().trace.get()
+
+    def _debug_break_counter(self, counter_index: int) -> None:
+        """Make one counter unreachable (need + 1) for the current stream's next launch only:
+        its waiters time out and the watchdog fires."""
+        if isinstance(counter_index, bool) or not isinstance(counter_index, (int, np.integer)) \
+                or not 0 <= int(counter_index) < self.task_layout.num_counters:
+            raise ValueError(f"counter index {counter_index!r} outside 0..{self.task_layout.num_counters - 1}")
+        self.workspace().state[abi.state_offset("BREAK")] = int(counter_index)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
+                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}, device={self.device})")
+
+
+def synchronize() -> None:
+    """Wait for the current device, then raise RuntimeError for every megakernel launch whose
+    watchdog fired since it was last checked (any plan, any stream)."""
+    cupy = cupy_module()
+    if workspace.is_capturing():
+        raise ValueError("synchronize() cannot run while the stream is captured into a CUDA graph")
+    cupy.cuda.Device().synchronize()
+    reports = []
+    device = cupy.cuda.runtime.getDevice()
+    for plan in list(_LIVE_PLANS):
+        if plan.device != device:
+            continue
+        try:
+            with plan._lock:
+                plan._raise_reports(done_only=False)
+        except WatchdogError as err:
+            reports.append(str(err))
+    if reports:
+        raise WatchdogError("\n".join(reports))

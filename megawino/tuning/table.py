@@ -1,0 +1,310 @@
+"""Tuned parameter tables (``mapping/<gpu>.json``), the run-time choice of task and
+mapping parameters, and the search space the tuner explores.
+
+Choice for a layer, in order:
+1. ``tuned``: the table for this GPU has the layer's exact shape.
+2. ``nearest``: the tuned shape closest in log(C), log(K) and log(tiles) lends its
+   parameters (the paper's section 7.4: the best DIG and M follow the channel
+   counts, and task sizes follow the GEMM shape).
+3. ``heuristic``: ``default_params`` and ``default_mapping_params`` (one wave of
+   resident blocks between parent and child, so a parent fetched one wave earlier
+   has usually ended when its child is fetched; M = 4 groups share a filter matrix).
+
+Tables, in order: ``MEGAWINO_MAPPING=path`` alone when set; else the user's tuned table
+(``<cache>/<gpu>.json``, :mod:`megawino.core.user_files`; written by ``megawino tune``) whose
+entries take precedence over the shipped read-only table (``mapping/<gpu>.json``).
+
+Every table is checked against the schema on load (:func:`validate_table`): known keys only,
+``spec`` / ``params`` / ``mapping`` in every entry, TaskParams and MappingParams within their
+bounds (``megawino.core.tasks.TASK_PARAM_LIMITS``, int32 ticket distances) and the layer's sizes
+within the kernels' int32 limits; a bad entry is a ValueError naming the file and the entry.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import math
+import os
+import pathlib
+import re
+
+from ..core import user_files
+from ..schedule.mapping import MappingParams
+from ..core.resources import mapping_dir
+from ..core.spec import LayerSpec, parse_shape
+from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
+from ..core.tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout, TaskParams, round_up
+from ..core.winograd import tiles_for
+
+ENV_OVERRIDE = "MEGAWINO_MAPPING"
+
+# The table schema: top-level keys and entry keys with their JSON types (float: any number).
+TABLE_FIELDS = {"layers": dict, "gpu": str, "key": str, "updated": str, "method": str}
+ENTRY_REQUIRED = ("spec", "params", "mapping")
+ENTRY_FIELDS = {
+    "spec": dict, "params": dict, "mapping": dict, "name": str, "sequential_order": bool,
+    "candidates_measured": int, "confirm_rounds": int, "time_us": float, "default_us": float,
+    "sequential_us": float, "speedup_vs_default": float, "speedup_vs_sequential": float,
+    "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
+}
+SPEC_FIELDS = ("N", "C", "K", "H", "W")
+# A table entry's "mapping" keys are the paper's names (DIG, DGO, M); MappingParams spells M out.
+MAPPING_KEYS = {"dig": "dig", "dgo": "dgo", "m": "groups_per_column"}
+MAPPING_FIELDS = tuple(MAPPING_KEYS)
+PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
+
+
+def gpu_key(device_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; unknown names -> a file-safe slug."""
+    match = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", device_name.upper())
+    if match:
+        return match.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "unknown"
+
+
+def device_name() -> str:
+    """The current CUDA device's name ('' without CuPy or a device)."""
+    try:
+        import cupy
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    except Exception:   # no CuPy, driver or device
+        return ""
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def current_gpu_key(default: str = "h100") -> str:
+    """Key of this machine's GPU tables; ``default`` (the H100, our target) without a GPU."""
+    name = device_name()
+    return gpu_key(name) if name else default
+
+
+def shipped_table_path(key: str) -> pathlib.Path:
+    """The read-only table shipped in the package for GPU ``key``."""
+    return mapping_dir() / f"{key}.json"
+
+
+def user_table_path(key: str) -> pathlib.Path:
+    """The user's tuned table for GPU ``key`` (where ``megawino tune`` writes by default)."""
+    return user_files.user_table_path(f"{key}.json")
+
+
+# JSON names of the Python types the schemas use (float: any number).
+JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number", int: "integer",
+                   bool: "boolean"}
+
+
+def json_value_ok(value, kind) -> bool:
+    """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
+    """ValueError (starting with ``what``) unless ``obj`` is a JSON object with only the keys of
+    ``fields``, every key of ``required``, and each value of its type (``fields[key]``; None:
+    checked elsewhere), or null for the keys in ``nullable``."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(fields))
+    if unknown:
+        raise ValueError(f"{what}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise ValueError(f"{what}: missing {missing[0]!r}")
+    for key, value in obj.items():
+        kind = fields[key]
+        if kind is not None and not (value is None and key in nullable) and not json_value_ok(value, kind):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r}")
+
+
+def mapping_from_entry(obj: dict) -> MappingParams:
+    """The MappingParams of a table entry's ``mapping`` object (keys checked by the caller)."""
+    return MappingParams(**{MAPPING_KEYS[key]: value for key, value in obj.items()})
+
+
+def mapping_to_entry(mapping: MappingParams) -> dict:
+    return {key: getattr(mapping, field) for key, field in MAPPING_KEYS.items()}
+
+
+def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams]:
+    """The layer, task and mapping parameters of table entry ``key``, or a ValueError (one line,
+    naming the entry) when the entry does not follow the schema."""
+    where = f"layer {key!r}"
+    check_object(entry, ENTRY_FIELDS, ENTRY_REQUIRED, where)
+    check_object(entry["spec"], dict.fromkeys(SPEC_FIELDS, int), SPEC_FIELDS, f"{where}: 'spec'")
+    check_object(entry["mapping"], dict.fromkeys(MAPPING_FIELDS), MAPPING_FIELDS, f"{where}: 'mapping'")
+    check_object(entry["params"], dict.fromkeys(PARAM_FIELDS), PARAM_FIELDS, f"{where}: 'params'")
+    try:
+        spec = parse_shape(key)
+        shape = {k: getattr(spec, k) for k in SPEC_FIELDS}
+        if shape != entry["spec"]:
+            raise ValueError(f"'spec' {entry['spec']} is not the key's shape {shape}")
+        params = TaskParams(**entry["params"])
+        mapping = mapping_from_entry(entry["mapping"])
+        check_size(spec, params)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    return spec, params, mapping
+
+
+def validate_table(data, source) -> dict:
+    """``data`` if it follows the mapping-table schema, else a one-line ValueError that
+    names ``source`` (the file) and the offending entry."""
+    try:
+        check_object(data, TABLE_FIELDS, ("layers",), "table")
+        for key, entry in data["layers"].items():
+            entry_objects(key, entry)
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+    return data
+
+
+def read_table(path) -> dict:
+    """The validated table at ``path`` (JSON errors and schema errors name the file)."""
+    path = pathlib.Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a JSON mapping table ({err})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a JSON mapping table (not UTF-8 text)") from None
+    return validate_table(data, path)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> dict:
+    return read_table(path)
+
+
+def _load_file(path: pathlib.Path) -> dict:
+    return _load(str(path), path.stat().st_mtime)
+
+
+def load_table(key: str) -> dict:
+    """The layers to choose from for GPU ``key``: MEGAWINO_MAPPING's table when set, else the
+    shipped table's entries updated with the user's tuned table's ({} without either)."""
+    override = os.environ.get(ENV_OVERRIDE)
+    if override:
+        path = pathlib.Path(override)
+        if not path.is_file():
+            raise FileNotFoundError(f"{ENV_OVERRIDE}={path} does not exist")
+        return _load_file(path)
+    layers: dict = {}
+    for path in (shipped_table_path(key), user_table_path(key)):
+        if path.is_file():
+            layers.update(_load_file(path)["layers"])
+    return {"layers": layers}
+
+
+def table_for_update(path) -> dict:
+    """The table a tuner updates at ``path``: empty when there is no file, the validated table
+    when it is one; anything else there (another file, a broken table) is a ValueError, so a
+    tuner never overwrites it."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return {"layers": {}}
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: the tuner writes a table there")
+    try:
+        return read_table(path)
+    except ValueError as err:
+        raise ValueError(f"not overwriting {path}: it is not a megawino mapping table "
+                         f"({str(err).removeprefix(f'{path}: ')}); pass another --out") from None
+
+
+def write_table(path, table: dict) -> pathlib.Path:
+    """Validate ``table`` and write it to ``path`` atomically."""
+    validate_table(table, path)
+    return user_files.write_text_atomically(path, json.dumps(table, indent=1) + "\n")
+
+
+def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> MappingParams:
+    return MappingParams(dig=workers, dgo=workers, groups_per_column=min(4, layout.num_groups))
+
+
+def entry_params(entry: dict, spec: LayerSpec) -> tuple[TaskParams, MappingParams]:
+    params = dict(entry["params"])
+    # A borrowed GEMM K width may not fit a layer with fewer output channels.
+    k_stride = round_up(spec.K, K_ALIGN)
+    params["gemm_k_per_task"] = min(params["gemm_k_per_task"], k_stride)
+    return TaskParams(**params), mapping_from_entry(entry["mapping"])
+
+
+def _shape_distance(spec: LayerSpec, entry: dict) -> float:
+    shape = entry["spec"]
+    other = LayerSpec(**{k: shape[k] for k in ("N", "C", "K", "H", "W")})
+    tiles = lambda s: s.N * math.ceil(s.out_h / 4) * math.ceil(s.out_w / 4)  # noqa: E731
+    return (abs(math.log(spec.C / other.C)) + abs(math.log(spec.K / other.K))
+            + 0.5 * abs(math.log(tiles(spec) / tiles(other))))
+
+
+def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
+           workers: int = DEFAULT_WORKERS) -> tuple[TaskParams, MappingParams, str]:
+    """Task and mapping parameters for ``spec`` and where they came from."""
+    spec.require_winograd()
+    table = load_table(key) if key else {"layers": {}}
+    layers = {k: v for k, v in table["layers"].items() if v["params"]["m"] == m}
+    lookup = spec.with_(layout="NCHW", name="").shape_string
+    if lookup in layers:
+        return (*entry_params(layers[lookup], spec), "tuned")
+    if layers:
+        nearest = min(layers.values(), key=lambda e: _shape_distance(spec, e))
+        task_params, mapping_params = entry_params(nearest, spec)
+        return task_params, mapping_params, "nearest"
+    params = default_params(spec, m)
+    return params, default_mapping_params(Layout(spec, params), workers), "heuristic"
+
+
+def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS):
+    """(TaskParams, MappingParams) pairs the tuner may try, before simulation ranks them."""
+    spec.require_winograd()
+    base = default_params(spec, m)
+    k_stride = round_up(spec.K, K_ALIGN)
+    c_pad = round_up(spec.C, CHANNEL_ALIGN)
+    tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
+    tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
+                            base.tiles_per_group})
+    # Up to 256 output channels per GEMM task: wider tasks re-read each V row block fewer times.
+    gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128, 256)})
+    per_task_pairs = 4096
+    for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
+        groups = -(-tiles // tiles_per_group)
+        chunk = per_task_pairs // tiles_per_group
+        # Transform chunks: default_params' rule for this group size, and one warp's width
+        # (more, shorter transform tasks: what the small layers need).
+        chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
+                          transform_chunk(spec.K, chunk, groups, workers)),
+                         (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS))})
+        whole = [dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
+                                     input_channels_per_task=input_channels, output_k_per_task=output_k,
+                                     input_tiles_per_task=None, output_tiles_per_task=None)
+                 for input_channels, output_k in chunks]
+        # Transform tiles: whole groups, and default_params' split rule for small layers.
+        splits = {(tiles_per_group, tiles_per_group)} | {transform_split(spec, p, workers) for p in whole}
+        for params_whole, (input_tiles, output_tiles) in itertools.product(whole, sorted(splits)):
+            params = dataclasses.replace(params_whole, input_tiles_per_task=input_tiles,
+                                         output_tiles_per_task=output_tiles)
+            # Distances in fractions and multiples of a wave of resident blocks (4 and 8 waves
+            # hold outputs back until most GEMMs are through, which suits layers with short
+            # transform tasks); M from no filter reuse to 8.
+            waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
+            for dig, dgo, per_column in itertools.product(waves, waves, (1, 4, 8)):
+                if per_column <= groups:
+                    yield params, MappingParams(dig, dgo, per_column)
+
+
+def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: MappingParams,
+                **measured) -> None:
+    unknown = sorted(set(measured) - set(ENTRY_FIELDS))
+    if unknown:
+        raise ValueError(f"table entries have no field {unknown[0]!r} (tuning.ENTRY_FIELDS)")
+    table.setdefault("layers", {})[spec.with_(layout="NCHW", name="").shape_string] = {
+        "name": spec.name,
+        "spec": {k: getattr(spec, k) for k in ("N", "C", "K", "H", "W")},
+        "params": dataclasses.asdict(params),
+        "mapping": mapping_to_entry(mapping),
+        **measured,
+    }
