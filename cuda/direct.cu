@@ -32,6 +32,6 @@
 using MwDirectTile = mw_direct::Tile<MW_DIRECT_BM, MW_DIRECT_BN, MW_DIRECT_BK, MW_DIRECT_TM,
                                      MW_DIRECT_TN, MW_DIRECT_NHWC != 0>;
 
-// The entry point mw_direct_conv, its arguments in megawino.abi.DIRECT_KERNEL_ARGS order
+// The entry point mw_direct_conv, its arguments in megawino.core.abi.DIRECT_KERNEL_ARGS order
 // (megawino.direct.kernel.launch passes them so).
 #include "generated_direct.cuh"

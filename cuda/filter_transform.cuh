@@ -1,6 +1,6 @@
 // FILTER task: a range of (c, k) pairs q = c * k_stride + k of U[alpha2][c_stride][k_stride]:
 // U = G g G^T for real pairs, zeros for padding pairs (c >= C or k >= K).
-// Mirrors megawino/stages/filter_transform.py.  Consecutive threads take
+// Mirrors megawino/core/stages/filter_transform.py.  Consecutive threads take
 // consecutive pairs, so the U stores are coalesced.
 #pragma once
 

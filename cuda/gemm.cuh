@@ -1,6 +1,6 @@
 // GEMM task (group g, j = position * k_blocks + K block):
 //   M[p][rows of g][K block] = V[p][rows of g][:] @ U[p][:][K block]
-// Mirrors megawino/stages/gemm.py.  float32 in and out; the products run as 3xTF32 on the tensor
+// Mirrors megawino/core/stages/gemm.py.  float32 in and out; the products run as 3xTF32 on the tensor
 // cores (MW_GEMM_TF32X3=1: fp32-level error at tensor-core speed) or as one FFMA chain per
 // element (MW_GEMM_TF32X3=0).
 //
@@ -232,7 +232,7 @@ struct FfmaFragments {
   }
 };
 
-// Which arithmetic this build's GEMM runs, for the host to check (megawino.nvrtc.gemm_uses_wgmma).
+// Which arithmetic this build's GEMM runs, for the host to check (megawino.gpu.nvrtc.gemm_uses_wgmma).
 extern "C" __device__ int mw_gemm_wgmma = MW_GEMM_WGMMA;
 
 #if MW_GEMM_TF32X3

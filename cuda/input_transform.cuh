@@ -2,7 +2,7 @@
 // V[:, tiles of the slice, chunk] = B^T d B for each (tile, channel) of the task, d the
 // alpha x alpha input window at rows th*m - pad + [0, alpha), cols tw*m - pad + [0, alpha),
 // zero outside the image.  Padding tiles (t >= tiles) and padding channels (c >= C) get zeros.
-// Mirrors megawino/stages/input_transform.py.  Every lane map runs the same load_window /
+// Mirrors megawino/core/stages/input_transform.py.  Every lane map runs the same load_window /
 // Wino<M>::bt calls per (tile, channel), so all produce the same bits.
 #pragma once
 
@@ -28,10 +28,10 @@ __device__ __forceinline__ TileCoord tile_coord(const Params& p, long long t) {
 }
 
 // The tiles and the chunk of a transform task: index = chunk * parts + part, parts =
-// tiles_per_group / tiles_per_task (megawino.tasks.Layout.input_slices / output_slices).
+// tiles_per_group / tiles_per_task (megawino.core.tasks.Layout.input_slices / output_slices).
 struct TransformSlice {
   long long t_base;   // first tile
-  int tiles;          // tiles covered (a multiple of megawino.tasks.TRANSFORM_MIN_TILES)
+  int tiles;          // tiles covered (a multiple of megawino.core.tasks.TRANSFORM_MIN_TILES)
   int chunk;          // channel chunk
 };
 __device__ __forceinline__ TransformSlice transform_slice(const Params& p, int group, int index,

@@ -1,6 +1,6 @@
 // OUTPUT task (group g, index -> tile slice and K chunk, transform_slice): y = A^T M A for the
 // real tiles of the slice, writes masked to out_h x out_w.  Mirrors
-// megawino/stages/output_transform.py.  Both lane maps give a thread one tile and OUTPUT_CPT
+// megawino/core/stages/output_transform.py.  Both lane maps give a thread one tile and OUTPUT_CPT
 // consecutive channels and a warp LANE_CHANNELS channels, so each M load of a warp is whole
 // 128-byte lines; they share output_store_channel, so their bits agree by construction.
 #pragma once

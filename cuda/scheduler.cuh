@@ -26,7 +26,7 @@
 namespace mw {
 
 // STATE_* offsets, STATUS_* fields and STATE_WORDS come from generated_tasks.cuh
-// (megawino/abi.py).
+// (megawino/core/abi.py).
 
 __device__ __forceinline__ int ld_volatile(const int* p) {
   return *reinterpret_cast<const volatile int*>(p);

@@ -372,7 +372,7 @@ def test_gemm_runs_wgmma_on_sm90(monkeypatch):
     bitwise between megakernel and non-fused, and with each other: the tensor cores sum each
     16-term k tile the same way whichever instruction feeds them."""
     import megawino
-    from megawino import nvrtc
+    from megawino.gpu import nvrtc
     cp = _cp()
     capability = cp.cuda.Device().compute_capability
     spec = LayerSpec(2, 512, 72, 14, 14)
