@@ -733,3 +733,52 @@ def test_readme_status_table_tf32_column():
         tf32_ratio = layer["derived"].get("ratio_cudnn_tf32_over_ours")
         expected = readme_tables.MISSING if tf32_ratio is None else f"{tf32_ratio:.2f}"
         assert row.strip("|").split("|")[column].strip() == expected, row
+
+
+def _error_study():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tf32_error_study", BENCH / "experiments" / "tf32_error_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_error_study_rounding_matches_the_kernel_and_bf16():
+    """TF32 rounding as split_tf32 (ties away from zero, 10 explicit bits), BF16 to nearest even."""
+    study = _error_study()
+    one_ulp_tf32, one_ulp_bf16 = 2.0 ** -10, 2.0 ** -7
+    x = np.array([1 + one_ulp_tf32 / 2, -(1 + one_ulp_tf32 / 2), 1 + one_ulp_tf32 / 2 - 2 ** -23,
+                  1 + 1.5 * one_ulp_tf32, 3.0], np.float32)
+    assert study.round_tf32(x).tolist() == [1 + one_ulp_tf32, -(1 + one_ulp_tf32), 1.0, 1 + 2 * one_ulp_tf32, 3.0]
+    assert study.truncate_tf32(x).tolist() == [1.0, -1.0, 1.0, 1 + one_ulp_tf32, 3.0]
+    ties = np.array([1 + one_ulp_bf16 / 2, 1 + 1.5 * one_ulp_bf16], np.float32)     # to even: down, up
+    assert study.round_bf16(ties).tolist() == [1.0, 1 + 2 * one_ulp_bf16]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-3, 4, 1000)
+    parts = study.split_parts(a)
+    for name in ("big", "small", "trunc"):          # TF32 bit patterns: low 13 mantissa bits zero
+        assert not np.any(parts[name].view(np.uint32) & np.uint32(0x1FFF)), name
+    for name in ("hi", "lo"):
+        assert not np.any(parts[name].view(np.uint32) & np.uint32(0xFFFF)), name
+    rel = lambda approx: (np.abs(approx.astype(np.float64) - a) / np.abs(a)).max()   # noqa: E731
+    assert 2.0 ** -13 < rel(parts["big"]) <= 2.0 ** -11
+    assert rel(parts["big"] + parts["small"]) <= 2.0 ** -21
+    assert rel(parts["hi"] + parts["lo"]) <= 2.0 ** -16
+
+
+def test_error_study_orders_the_variants():
+    """On a small layer: 3xTF32 and BF16x3 far below emulated PyTorch TF32, 1xTF32 above it,
+    F(4x4) 1xTF32 above F(2x2)'s; the costs as defined (today's default 1)."""
+    study = _error_study()
+    spec = LayerSpec(1, 32, 16, 12, 12, name="small")
+    variants = [v for v in study.VARIANTS if v[0] in ("F2 1x", "F4 1x", "F4 3x", "F4 bf16x3", "F2 2xV")]
+    assert len(variants) == 5
+    for distribution in study.DISTRIBUTIONS:
+        errors = study.measure_layer(spec, distribution, 1, 12, np.random.default_rng(5), variants)
+        tf32 = errors["pytorch-tf32"]
+        assert 1e-5 < tf32 < 1e-3 and errors["fp32-direct"] < tf32 / 50, (distribution, errors)
+        assert errors["F4 3x"] < tf32 / 10 and errors["F4 bf16x3"] < tf32 / 2, (distribution, errors)
+        assert errors["F4 1x"] > errors["F2 1x"] > errors["F2 2xV"] > errors["F4 3x"], (distribution, errors)
+        assert errors["F4 1x"] > tf32, (distribution, errors)
+    assert study.cost(4, "3x") == 1.0 and study.cost(4, "1x") == pytest.approx(1 / 3)
+    assert study.cost(2, "2xV") == pytest.approx(16 / 4 * 2 / 6.75) and study.cost(4, "bf16x3") == 0.5
