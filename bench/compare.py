@@ -213,7 +213,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                                      "ratio_cudnn_tf32_over_ours", "cudnn_tf32_rel_err")}
     for l in layers:
         b, x = l.get("backends", {}), l.get("derived") or derive(l, primary)
-        vals = dict({k: None for k in cols}, **x, nonfused=_us(b.get("nonfused")), wino=_us(b.get("cudnn_legacy_winograd_nonfused")),
+        vals = dict({k: None for k in cols}, **x, nonfused=_us(b.get("nonfused")),   # None: an older record
+                    wino=_us(b.get("cudnn_legacy_winograd_nonfused")),
                     err=(b.get(primary) or {}).get("rel_err_vs_cudnn"))
         for k in cols:
             v = vals.get(k)
@@ -334,6 +335,7 @@ def main(argv=None) -> int:
         x = rec["derived"]
         print(f"[{i + 1}/{len(specs)}] {spec.name}: {primary} {_ms(x['ours_us'])} ms, "
               f"cuDNN best {_ms(x['cudnn_best_us'])} ms, ratio {_num(x['ratio_cudnn_best_over_ours'])}, "
+              f"x TF32 {_num(x['ratio_cudnn_tf32_over_ours'])}, "
               f"{rec['wall_s']} s", file=sys.stderr, flush=True)
     doc["complete"] = not bench.dead
     doc["wall_s"] = round(time.perf_counter() - t0, 1)
