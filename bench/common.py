@@ -117,6 +117,22 @@ def free_gpu_memory() -> None:
         pass
 
 
+
+def set_fp32_precision(convolutions: str, matmul: str = "ieee") -> None:
+    """cuDNN convolutions and cuBLAS matmuls in "ieee" fp32 or "tf32", through the
+    per-operator flags where torch has them (megawino.torch uses those too; mixing them with
+    the legacy allow_tf32 flags is an error in torch)."""
+    if convolutions not in ("ieee", "tf32") or matmul not in ("ieee", "tf32"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32', got {convolutions!r}, {matmul!r}")
+    import torch
+    conv_flags = getattr(torch.backends.cudnn, "conv", None)
+    if conv_flags is not None and hasattr(conv_flags, "fp32_precision"):
+        conv_flags.fp32_precision = convolutions
+        torch.backends.cuda.matmul.fp32_precision = matmul
+    else:
+        torch.backends.cudnn.allow_tf32 = convolutions == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = matmul == "tf32"
+
 # ---------------------------------------------------------------------------
 # cuDNN legacy convolution API through ctypes (the libcudnn.so.9 PyTorch loads)
 # ---------------------------------------------------------------------------

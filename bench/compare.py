@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Side by side on one GPU, in one process: megawino's megakernel and non-fused path,
-cuDNN float32 through PyTorch (NCHW and channels_last), cuDNN's legacy algorithms
-WINOGRAD_NONFUSED and FFT_TILING through ctypes, and the Winograd GEMM stage alone
-against cuBLAS SGEMM.
+cuDNN float32 through PyTorch (NCHW and channels_last), PyTorch's default TF32 convolution
+(the same two layouts), cuDNN's legacy algorithms WINOGRAD_NONFUSED and FFT_TILING through
+ctypes, and the Winograd GEMM stage alone against cuBLAS SGEMM.
 
     python bench/compare.py [--suite winograd|direct] [--batch N] [--layers a,b]
                             [--reps R] [--out bench/results/h100.json] [--quick]
@@ -43,7 +43,7 @@ from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entry_for
 
 PRIMARY = {"winograd": "megakernel", "direct": "direct"}
-BACKENDS = ("ours", "nonfused", "cudnn", "legacy", "gemm")
+BACKENDS = ("ours", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "h100.json"
 TOLERANCE = 1e-4     # rel. L2 vs cuDNN float32 above which a layer is flagged
 
@@ -111,15 +111,22 @@ def _us(entry) -> float | None:
     return None
 
 
+def _fastest(backends: dict, keys) -> tuple[str | None, dict]:
+    """The fastest timed column of ``keys`` and every timed one's median µs."""
+    present = {k: _us(backends.get(k)) for k in keys}
+    present = {k: v for k, v in present.items() if v is not None}
+    return (min(present, key=present.get) if present else None), present
+
+
 def derive(layer: dict, primary: str) -> dict:
-    """Ratios and TFLOP/s of one layer record (its ``backends`` hold median_us)."""
+    """Ratios and TFLOP/s of one layer record (its ``backends`` hold median_us).  The TF32
+    column's error is against cuDNN fp32, which is float64's to within fp32's 1e-6."""
     b = layer.get("backends", {})
     ours, nonfused = _us(b.get(primary)), _us(b.get("nonfused"))
-    torch_cols = {k: _us(b.get(k)) for k in ("cudnn_nchw", "cudnn_nhwc")}
     legacy_cols = {k: _us(v) for k, v in b.items()         # a wrong output does not count
                    if k.startswith("cudnn_legacy_") and (v or {}).get("correct") is not False}
-    present = {k: v for k, v in torch_cols.items() if v is not None}
-    best_key = min(present, key=present.get) if present else None
+    best_key, present = _fastest(b, ("cudnn_nchw", "cudnn_nhwc"))
+    tf32_key, tf32 = _fastest(b, ("cudnn_tf32_nchw", "cudnn_tf32_nhwc"))
     every = {**present, **{k: v for k, v in legacy_cols.items() if v is not None}}
     any_key = min(every, key=every.get) if every else None
     flops = layer.get("direct_flops")
@@ -132,6 +139,9 @@ def derive(layer: dict, primary: str) -> dict:
         "ratio_cudnn_best_over_ours": ratio(present.get(best_key), ours),
         "ratio_cudnn_best_any_over_ours": ratio(every.get(any_key), ours),
         "ratio_nonfused_over_ours": ratio(nonfused, ours),
+        "cudnn_tf32_us": tf32.get(tf32_key), "cudnn_tf32_from": tf32_key,
+        "cudnn_tf32_rel_err": (b.get(tf32_key) or {}).get("rel_err_vs_cudnn") if tf32_key else None,
+        "ratio_cudnn_tf32_over_ours": ratio(tf32.get(tf32_key), ours),
         "tflops_ours": tflops(flops, ours),
         "tflops_nonfused": tflops(flops, nonfused),
         "tflops_cudnn_best": tflops(flops, present.get(best_key)),
@@ -147,6 +157,9 @@ def build_summary(layers: list[dict], primary: str, tol: float = TOLERANCE) -> d
     beats = [l["name"] for l, x in zip(layers, d)
              if x["ratio_nonfused_over_ours"] is not None and x["ratio_nonfused_over_ours"] > 1]
     both = sum(x["ratio_nonfused_over_ours"] is not None for x in d)
+    tf32_ratios = [x.get("ratio_cudnn_tf32_over_ours") for x in d]
+    tf32_errs = [e for e in (x.get("cudnn_tf32_rel_err") for x in d)
+                 if isinstance(e, (int, float)) and math.isfinite(e)]
     errs = {l["name"]: (l.get("backends", {}).get(primary) or {}).get("rel_err_vs_cudnn") for l in layers}
     finite = {k: v for k, v in errs.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     bad = [k for k, v in errs.items()
@@ -164,6 +177,10 @@ def build_summary(layers: list[dict], primary: str, tol: float = TOLERANCE) -> d
         f"geomean_cudnn_best_over_{primary}": geomean(x["ratio_cudnn_best_over_ours"] for x in d),
         f"geomean_cudnn_best_any_over_{primary}": geomean(x["ratio_cudnn_best_any_over_ours"] for x in d),
         f"geomean_nonfused_over_{primary}": geomean(x["ratio_nonfused_over_ours"] for x in d),
+        f"geomean_cudnn_tf32_over_{primary}": geomean(tf32_ratios),
+        f"{primary}_beats_cudnn_tf32": {"count": sum(r is not None and r > 1 for r in tf32_ratios),
+                                         "of": sum(r is not None for r in tf32_ratios)},
+        "max_cudnn_tf32_rel_err": max(tf32_errs) if tf32_errs else None,
         "median_gemm_efficiency_vs_cublas": median(x["gemm_efficiency_vs_cublas"] for x in d
                                                    if x["gemm_efficiency_vs_cublas"] is not None),
         "max_rel_err_vs_cudnn": max(finite.values()) if finite else None,
@@ -183,7 +200,7 @@ def _num(v, fmt="{:.2f}"):
 
 TABLE_COLUMNS = ("layer", "ours ms", "nonfused ms", "cuDNN best ms", "wino-nf ms", "ours TF/s",
                  "cuDNN TF/s", "cudnn/ours", "any/ours", "nf/ours", "GEMM TF/s", "cuBLAS TF/s",
-                 "GEMM eff", "rel err")
+                 "GEMM eff", "rel err", "TF32 ms", "tf32/ours", "TF32 err")
 
 
 def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
@@ -192,10 +209,12 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                                      "tflops_cudnn_best", "ratio_cudnn_best_over_ours",
                                      "ratio_cudnn_best_any_over_ours", "ratio_nonfused_over_ours",
                                      "gemm_tflops_ours", "gemm_tflops_cublas",
-                                     "gemm_efficiency_vs_cublas", "err")}
+                                     "gemm_efficiency_vs_cublas", "err", "cudnn_tf32_us",
+                                     "ratio_cudnn_tf32_over_ours", "cudnn_tf32_rel_err")}
     for l in layers:
         b, x = l.get("backends", {}), l.get("derived") or derive(l, primary)
-        vals = dict(x, nonfused=_us(b.get("nonfused")), wino=_us(b.get("cudnn_legacy_winograd_nonfused")),
+        vals = dict({k: None for k in cols}, **x, nonfused=_us(b.get("nonfused")),   # None: an older record
+                    wino=_us(b.get("cudnn_legacy_winograd_nonfused")),
                     err=(b.get(primary) or {}).get("rel_err_vs_cudnn"))
         for k in cols:
             v = vals.get(k)
@@ -208,14 +227,16 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                      _num(x["ratio_cudnn_best_over_ours"]), _num(x["ratio_cudnn_best_any_over_ours"]),
                      _num(x["ratio_nonfused_over_ours"]), _num(x["gemm_tflops_ours"], "{:.1f}"),
                      _num(x["gemm_tflops_cublas"], "{:.1f}"), _num(x["gemm_efficiency_vs_cublas"]),
-                     err if isinstance(err, str) else _num(err, "{:.1e}")])
+                     err if isinstance(err, str) else _num(err, "{:.1e}"), _ms(vals["cudnn_tf32_us"]),
+                     _num(vals["ratio_cudnn_tf32_over_ours"]), _num(vals["cudnn_tf32_rel_err"], "{:.1e}")])
     g = {k: geomean(v) for k, v in cols.items()}
     rows.append(["geomean", _ms(g["ours_us"]), _ms(g["nonfused"]), _ms(g["cudnn_best_us"]), _ms(g["wino"]),
                  _num(g["tflops_ours"]), _num(g["tflops_cudnn_best"]),
                  _num(g["ratio_cudnn_best_over_ours"]), _num(g["ratio_cudnn_best_any_over_ours"]),
                  _num(g["ratio_nonfused_over_ours"]), _num(g["gemm_tflops_ours"], "{:.1f}"),
                  _num(g["gemm_tflops_cublas"], "{:.1f}"), _num(g["gemm_efficiency_vs_cublas"]),
-                 _num(g["err"], "{:.1e}")])
+                 _num(g["err"], "{:.1e}"), _ms(g["cudnn_tf32_us"]),
+                 _num(g["ratio_cudnn_tf32_over_ours"]), _num(g["cudnn_tf32_rel_err"], "{:.1e}")])
     return rows
 
 
@@ -314,6 +335,7 @@ def main(argv=None) -> int:
         x = rec["derived"]
         print(f"[{i + 1}/{len(specs)}] {spec.name}: {primary} {_ms(x['ours_us'])} ms, "
               f"cuDNN best {_ms(x['cudnn_best_us'])} ms, ratio {_num(x['ratio_cudnn_best_over_ours'])}, "
+              f"x TF32 {_num(x['ratio_cudnn_tf32_over_ours'])}, "
               f"{rec['wall_s']} s", file=sys.stderr, flush=True)
     doc["complete"] = not bench.dead
     doc["wall_s"] = round(time.perf_counter() - t0, 1)

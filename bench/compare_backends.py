@@ -3,7 +3,8 @@ ctypes cuDNN and megawino.runtime once, then runs every backend of a layer, each
 guarded (one failure = one "n/a" column, a lost CUDA context marks the rest).
 
 Importing this module needs neither CuPy nor PyTorch: :class:`Bench` imports them.
-compare.py, which imports it, turns TF32 off (``CUPY_TF32=0``) before anything does.
+compare.py, which imports it, turns TF32 off (``CUPY_TF32=0``) before anything does; PyTorch's
+TF32 is on only while a ``cudnn_tf32_*`` column runs.
 """
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
-                    free_gpu_memory, git_commit, gpu_rel_l2, rotation_sets, short_error, time_cuda_stats)
+                    free_gpu_memory, git_commit, gpu_rel_l2, rotation_sets, set_fp32_precision,
+                    short_error, time_cuda_stats)
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
 from megawino.core.task_sizes import default_params  # noqa: E402
 from megawino.core.tasks import Layout  # noqa: E402
+
+# TF32 products carry about 1e-3 relative error: above this a TF32 output is wrong, not rounded.
+TF32_TOLERANCE = 1e-2
 
 
 def layer_record(spec, layout=None) -> dict:
@@ -66,11 +71,9 @@ class Bench:
         props = cupy.cuda.runtime.getDeviceProperties(0)
         name = props.get("name", b"?")
         env["gpu"] = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-        env["sms"] = props.get("multiProcessorCount")
-        env["l2_bytes"] = props.get("l2CacheSize")
-        env["memory_bytes"] = props.get("totalGlobalMem")
-        env["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
-        env["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+        env.update(sms=props.get("multiProcessorCount"), l2_bytes=props.get("l2CacheSize"),
+                   memory_bytes=props.get("totalGlobalMem"), cuda_runtime=cupy.cuda.runtime.runtimeGetVersion(),
+                   cuda_driver=cupy.cuda.runtime.driverGetVersion())
         self.l2 = int(props.get("l2CacheSize") or L2_BYTES_DEFAULT)
         try:
             import megawino
@@ -87,9 +90,7 @@ class Bench:
             if not torch.cuda.is_available():
                 raise RuntimeError("torch.cuda.is_available() is False")
             torch.backends.cudnn.benchmark = True
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-            torch.set_float32_matmul_precision("highest")
+            set_fp32_precision("ieee")
             env.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
                        cudnn=torch.backends.cudnn.version())
             t_stream = int(torch.cuda.current_stream().cuda_stream)
@@ -114,8 +115,8 @@ class Bench:
                 env["cudnn_legacy_error"] = self.cudnn_error
         self.environment = env
         self.gemm_math = getattr(args, "gemm_math", DEFAULT_GEMM_MATH)
-        self.settings = {"torch_cudnn_benchmark": True, "tf32": False, "cudnn_legacy_math": "FMA (3)",
-                         "megawino_gemm_math": self.gemm_math,
+        self.settings = {"torch_cudnn_benchmark": True, "tf32": "cudnn_tf32_* columns only",
+                         "cudnn_legacy_math": "FMA (3)", "megawino_gemm_math": self.gemm_math,
                          "stream": self.stream_ptr, "l2_bytes_for_rotation": self.l2,
                          "rotation": "ceil(3 * L2 / bytes of x) input sets, >= 2, <= 64, within budget"}
 
@@ -155,8 +156,9 @@ class Bench:
     def _time(self, fn, inputs, check=None) -> dict:
         return time_cuda_stats(fn, inputs, self.args.warmup, self.args.reps, check=check)
 
-    def _verify(self, entry: dict, y_nchw, ref) -> None:
-        """NaN count (outputs were poisoned), rel. L2 vs cuDNN and vs float64 (image 0)."""
+    def _verify(self, entry: dict, y_nchw, ref, tol: float | None = None) -> None:
+        """NaN count (outputs were poisoned), rel. L2 vs cuDNN and vs float64 (image 0);
+        correct when both are within ``tol`` (default --tol)."""
         cp = self.cp
         entry["nan_count"] = int(cp.isnan(y_nchw).sum())
         if ref.get("cudnn") is not None:
@@ -164,9 +166,8 @@ class Bench:
         if ref.get("f64") is not None:
             from megawino.core.winograd import rel_l2
             entry["rel_err_vs_f64"] = rel_l2(cp.asnumpy(y_nchw[0:1]), ref["f64"])
-        errs = [entry.get("rel_err_vs_cudnn"), entry.get("rel_err_vs_f64")]
-        errs = [e for e in errs if e is not None]
-        entry["correct"] = entry["nan_count"] == 0 and all(e <= self.args.tol for e in errs)
+        errs = [e for e in (entry.get("rel_err_vs_cudnn"), entry.get("rel_err_vs_f64")) if e is not None]
+        entry["correct"] = entry["nan_count"] == 0 and all(e <= (tol or self.args.tol) for e in errs)
 
     def _to_nchw(self, y, layout: str):
         return y.transpose(0, 3, 1, 2) if layout == "NHWC" else y
@@ -202,9 +203,10 @@ class Bench:
                 self.guard(b, algo, lambda: self._ours(spec, st, algo))
             if "nonfused" in args.backends and self.primary == "megakernel":
                 self.guard(b, "nonfused", lambda: self._ours(spec, st, "nonfused"))
-            if "cudnn" in args.backends:
-                for key, fmt in (("cudnn_nchw", "nchw"), ("cudnn_nhwc", "channels_last")):
-                    self.guard(b, key, lambda: self._cudnn_torch(spec, st, fmt))
+            for backend, precision in (("cudnn", "ieee"), ("cudnn_tf32", "tf32")):
+                if backend in args.backends:
+                    for suffix, fmt in (("nchw", "nchw"), ("nhwc", "channels_last")):
+                        self.guard(b, f"{backend}_{suffix}", lambda: self._cudnn_torch(spec, st, fmt, precision))
             if "legacy" in args.backends:
                 for name in args.legacy_algos:
                     self.guard(b, f"cudnn_legacy_{name}", lambda: self._cudnn_legacy(spec, st, name))
@@ -291,7 +293,8 @@ class Bench:
         return {"what": f"{self.primary} timed again after the other columns",
                 "median_us": b, "spread": entry["repeat_spread"]}
 
-    def _cudnn_torch(self, spec, st, fmt: str) -> dict:
+    def _cudnn_torch(self, spec, st, fmt: str, precision: str = "ieee") -> dict:
+        """PyTorch's conv2d in ``fmt``; "tf32" (PyTorch's default) is on for this column alone."""
         torch = self.torch
         if torch is None:
             raise NotAvailable(f"PyTorch unavailable: {self.torch_error}")
@@ -305,11 +308,16 @@ class Bench:
             ts, tw = [t.contiguous(memory_format=cl) for t in st["t_any"]], tw.contiguous(memory_format=cl)
         conv = torch.nn.functional.conv2d
         fn = lambda t: conv(t, tw, None, spec.stride, spec.padding)  # noqa: E731
-        y = fn(ts[0])
-        entry = {"memory_format": fmt}
-        self._verify(entry, self.cp.from_dlpack(y.contiguous()), st["ref"])
-        del y
-        entry.update(self._time(fn, ts))
+        set_fp32_precision(precision)
+        try:
+            y = fn(ts[0])
+            entry = {"memory_format": fmt, "fp32_precision": precision}
+            self._verify(entry, self.cp.from_dlpack(y.contiguous()), st["ref"],
+                         TF32_TOLERANCE if precision == "tf32" else None)
+            del y
+            entry.update(self._time(fn, ts))
+        finally:
+            set_fp32_precision("ieee")
         return entry
 
     def _cudnn_legacy(self, spec, st, name: str) -> dict:

@@ -32,7 +32,7 @@ REPO_ROOT = BENCH_DIR.parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from common import free_gpu_memory, git_commit, json_clean, short_error  # noqa: E402
+from common import free_gpu_memory, git_commit, json_clean, set_fp32_precision, short_error  # noqa: E402
 
 DEFAULT_JSON = BENCH_DIR / "results" / "h100-models.json"
 # model -> (batches, input resolution, classification: top-1 is meaningful)
@@ -56,20 +56,6 @@ def build_model(name: str):
         return YOLOv3()
     import torchvision
     return getattr(torchvision.models, name)(weights=None)
-
-
-def set_fp32_precision(convolutions: str, matmul: str = "ieee") -> None:
-    """cuDNN convolutions and cuBLAS matmuls in "ieee" fp32 or "tf32", through the
-    per-operator flags where torch has them (megawino.torch uses those too; mixing them with
-    the legacy allow_tf32 flags is an error in torch)."""
-    import torch
-    conv_flags = getattr(torch.backends.cudnn, "conv", None)
-    if conv_flags is not None and hasattr(conv_flags, "fp32_precision"):
-        conv_flags.fp32_precision = convolutions
-        torch.backends.cuda.matmul.fp32_precision = matmul
-    else:
-        torch.backends.cudnn.allow_tf32 = convolutions == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = matmul == "tf32"
 
 
 def flat_outputs(out) -> list:

@@ -13,13 +13,18 @@ import math
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+MISSING = "—"        # a column the results file does not have (an older run)
 MODEL_NAMES = {"resnet50": "ResNet-50", "vgg16": "VGG-16", "densenet161": "DenseNet-161",
                "yolov3": "YOLOv3-style"}
 
 
+def _optional(value, spec: str) -> str:
+    return MISSING if value is None else format(value, spec)
+
+
 def status_table(data: dict) -> str:
     lines = ["| layer | megakernel ms | non-fused ms | cuDNN via PyTorch ms | best cuDNN fp32 ms (algorithm) "
-             "| ×PyTorch | ×best | GEMM TFLOP/s (cuBLAS SGEMM) |", "|---|---|---|---|---|---|---|---|"]
+             "| ×PyTorch | ×best | ×TF32 | GEMM TFLOP/s (cuBLAS SGEMM) |", "|---|---|---|---|---|---|---|---|---|"]
     for layer in data["layers"]:
         d, b = layer["derived"], layer["backends"]
         source = d["cudnn_best_any_from"].replace("cudnn_legacy_", "").replace("cudnn_nchw", "PyTorch NCHW") \
@@ -27,13 +32,15 @@ def status_table(data: dict) -> str:
         lines.append(f"| {layer['name']} | {d['ours_us'] / 1e3:.3f} | {b['nonfused']['median_us'] / 1e3:.3f} "
                      f"| {d['cudnn_best_us'] / 1e3:.3f} | {d['cudnn_best_any_us'] / 1e3:.3f} ({source}) "
                      f"| {d['ratio_cudnn_best_over_ours']:.2f} | {d['ratio_cudnn_best_any_over_ours']:.2f} "
-                     f"| {d['gemm_tflops_ours']:.1f} ({d['gemm_tflops_cublas']:.1f}) |")
+                     f"| {_optional(d.get('ratio_cudnn_tf32_over_ours'), '.2f')} | {d['gemm_tflops_ours']:.1f} ({d['gemm_tflops_cublas']:.1f}) |")
     s = data["summary"]
     lines.append("")
     lines.append(f"Geomean of cuDNN time / megakernel time: {s['geomean_cudnn_best_over_megakernel']:.2f} against "
                  f"PyTorch's cuDNN choice, **{s['geomean_cudnn_best_any_over_megakernel']:.3f}** against the best "
                  f"of every cuDNN float32 algorithm; megakernel over the own non-fused path "
-                 f"{s['geomean_nonfused_over_megakernel']:.3f} (geomean); GEMM stage at a median "
+                 f"{s['geomean_nonfused_over_megakernel']:.3f} (geomean); against PyTorch's TF32 default "
+                 f"{_optional(s.get('geomean_cudnn_tf32_over_megakernel'), '.2f')} (geomean, ×TF32: TF32 time "
+                 f"/ megakernel time; TF32's max rel. error {_optional(s.get('max_cudnn_tf32_rel_err'), '.1e')}); GEMM stage at a median "
                  f"{s['median_gemm_efficiency_vs_cublas']:.2f} of cuBLAS SGEMM; max rel. error vs cuDNN "
                  f"{s['max_rel_err_vs_cudnn']:.1e} ({data.get('date', '')}).")
     return "\n".join(lines)

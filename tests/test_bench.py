@@ -136,7 +136,9 @@ def test_select_specs():
 
 # ---- derived numbers, summary, table --------------------------------------------
 
-def _fake_layer(name, ours, nonfused, nchw, nhwc, wino, g_ours, g_cublas, err=1e-6):
+def _fake_layer(name, ours, nonfused, nchw, nhwc, wino, g_ours, g_cublas, err=1e-6, tf32=None):
+    """A layer record; ``tf32`` = ((NCHW µs, error), (NHWC µs, error)) adds the TF32 columns
+    (None: a record of a run before they existed)."""
     spec = LayerSpec(64, 64, 64, 56, 56, name=name)
     rec = compare.layer_record(spec, Layout(spec, default_params(spec)))
     ok = lambda us, **kw: {"status": "ok", "median_us": us, **kw} if us else {"status": "n/a: boom"}  # noqa: E731
@@ -144,6 +146,8 @@ def _fake_layer(name, ours, nonfused, nchw, nhwc, wino, g_ours, g_cublas, err=1e
                        "cudnn_nchw": ok(nchw), "cudnn_nhwc": ok(nhwc),
                        "cudnn_legacy_winograd_nonfused": ok(wino),
                        "gemm_ours": ok(g_ours), "gemm_cublas": ok(g_cublas)}
+    for suffix, (us, tf32_err) in zip(("nchw", "nhwc"), tf32 or ()):
+        rec["backends"][f"cudnn_tf32_{suffix}"] = ok(us, rel_err_vs_cudnn=tf32_err)
     return rec
 
 
@@ -161,6 +165,18 @@ def test_layer_record_and_derive():
     assert d["tflops_ours"] == pytest.approx(rec["direct_flops"] / 100e-6 / 1e12)
     assert d["gemm_efficiency_vs_cublas"] == pytest.approx(0.8)
     assert d["gemm_tflops_ours"] / d["gemm_tflops_cublas"] == pytest.approx(0.8)
+    assert d["cudnn_tf32_us"] is None and d["ratio_cudnn_tf32_over_ours"] is None   # no TF32 columns
+    assert d["cudnn_tf32_from"] is None and d["cudnn_tf32_rel_err"] is None
+    # the TF32 ratio: the faster layout's time (and its error) over ours; TF32 does not enter "best fp32"
+    rec = _fake_layer("l1", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((80.0, 4e-4), (60.0, 5e-4)))
+    d = compare.derive(rec, "megakernel")
+    assert d["cudnn_tf32_us"] == 60.0 and d["cudnn_tf32_from"] == "cudnn_tf32_nhwc"
+    assert d["ratio_cudnn_tf32_over_ours"] == pytest.approx(0.6) and d["cudnn_tf32_rel_err"] == 5e-4
+    assert d["cudnn_best_us"] == 200.0 and d["cudnn_best_any_us"] == 120.0
+    rec = _fake_layer("l1", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((250.0, 4e-4), (None, None)))
+    d = compare.derive(rec, "megakernel")     # the failed NHWC column does not count
+    assert d["cudnn_tf32_from"] == "cudnn_tf32_nchw" and d["ratio_cudnn_tf32_over_ours"] == pytest.approx(2.5)
+    assert d["cudnn_tf32_rel_err"] == 4e-4
     # a column that failed does not count
     bad = _fake_layer("l2", None, 150.0, None, None, None, None, 40.0)
     d = compare.derive(bad, "megakernel")
@@ -185,8 +201,32 @@ def test_build_summary():
     assert s["layers_over_tolerance"] == ["b", "d"]
     assert s["not_ok_counts"] == {"megakernel": 1, "cudnn_legacy_winograd_nonfused": 1, "gemm_ours": 1}
     json.dumps(common.json_clean(s), allow_nan=False)
+    assert s["geomean_cudnn_tf32_over_megakernel"] is None and s["max_cudnn_tf32_rel_err"] is None
+    assert s["megakernel_beats_cudnn_tf32"] == {"count": 0, "of": 0}
     empty = compare.build_summary([], "direct")
     assert empty["layers"] == 0 and empty["geomean_cudnn_best_over_direct"] is None
+
+
+def test_build_summary_tf32_columns():
+    """The ratio to PyTorch's TF32 default: geomean over the layers that have it, how many
+    layers megawino wins, and TF32's largest error; a layer from an older run (no TF32
+    columns) or with ours failed is left out."""
+    layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((50.0, 4e-4), (40.0, 6e-4))),
+              _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0, tf32=((300.0, 7e-4), (None, None))),
+              _fake_layer("c", 200.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((90.0, 5e-4), (110.0, 9e-4))),
+              _fake_layer("d", 100.0, 120.0, 800.0, 900.0, 200.0, 20.0, 30.0),
+              _fake_layer("e", None, 120.0, 800.0, 900.0, 200.0, 20.0, 30.0, tf32=((70.0, 8e-4), (75.0, 8e-4)))]
+    s = compare.build_summary(layers, "megakernel")
+    assert s["geomean_cudnn_tf32_over_megakernel"] == pytest.approx((0.4 * 3.0 * 0.45) ** (1 / 3))
+    assert s["megakernel_beats_cudnn_tf32"] == {"count": 1, "of": 3}
+    assert s["max_cudnn_tf32_rel_err"] == pytest.approx(8e-4)      # layer e's, ours failed there
+    rows = compare.table_rows(layers, "megakernel")
+    tf32_ms, tf32_ratio, tf32_err = (compare.TABLE_COLUMNS.index(c) for c in ("TF32 ms", "tf32/ours", "TF32 err"))
+    assert [r[tf32_ratio] for r in rows[:5]] == ["0.40", "3.00", "0.45", "n/a", "n/a"]
+    assert [r[tf32_ms] for r in rows[:5]] == ["0.040", "0.300", "0.090", "n/a", "0.070"]
+    assert [r[tf32_err] for r in rows[:5]] == ["6.0e-04", "7.0e-04", "5.0e-04", "n/a", "8.0e-04"]
+    assert rows[-1][tf32_ratio] == f"{(0.4 * 3.0 * 0.45) ** (1 / 3):.2f}"
+    json.dumps(common.json_clean(s), allow_nan=False)
 
 
 def test_table_rows_and_print(capsys):
@@ -471,6 +511,12 @@ def _fake_cupy():
     return cp, wrap
 
 
+def _round_tf32(a):
+    """fp32 -> TF32, round to nearest (ties away), as cuda/gemm.cuh's split_tf32."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
 def _fake_torch():
     import types
     from megawino.core.winograd import direct_conv_nchw
@@ -493,11 +539,17 @@ def _fake_torch():
     torch.from_dlpack = T
     torch.randn = lambda *s, device=None: T(np.random.standard_normal(s).astype(np.float32))
     torch.set_float32_matmul_precision = lambda p: None
-    conv = lambda t, w, b=None, stride=1, padding=0: T(direct_conv_nchw(t.a, w.a, stride, padding).astype(np.float32))  # noqa: E731
+
+    def conv(t, w, b=None, stride=1, padding=0):
+        """cuDNN's conv2d; under TF32 (torch's default, as here at start) on TF32-rounded operands."""
+        tf32 = torch.backends.cudnn.conv.fp32_precision == "tf32"
+        x, w = (_round_tf32(t.a), _round_tf32(w.a)) if tf32 else (t.a, w.a)
+        return T(direct_conv_nchw(x, w, stride, padding).astype(np.float32))
     torch.nn = types.SimpleNamespace(functional=types.SimpleNamespace(conv2d=conv))
     torch.version = types.SimpleNamespace(cuda="13.0")
-    torch.backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: 91900),
-                                           cuda=types.SimpleNamespace(matmul=types.SimpleNamespace()))
+    torch.backends = types.SimpleNamespace(
+        cudnn=types.SimpleNamespace(version=lambda: 91900, conv=types.SimpleNamespace(fp32_precision="tf32")),
+        cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(fp32_precision="none")))
     torch.cuda = types.SimpleNamespace(is_available=lambda: True, synchronize=lambda: None,
                                        empty_cache=lambda: None,
                                        current_stream=lambda: types.SimpleNamespace(cuda_stream=0))
@@ -560,7 +612,7 @@ def test_bench_all_columns_on_fakes(fake_device):
     spec = LayerSpec(2, 8, 12, 9, 9, name="tiny")
     rec = bench.run_layer(spec, 0)
     b = rec["backends"]
-    assert set(b) == {"megakernel", "nonfused", "cudnn_nchw", "cudnn_nhwc",
+    assert set(b) == {"megakernel", "nonfused", "cudnn_nchw", "cudnn_nhwc", "cudnn_tf32_nchw", "cudnn_tf32_nhwc",
                       "cudnn_legacy_winograd_nonfused", "cudnn_legacy_fft_tiling",
                       "gemm_ours", "gemm_cublas"}
     for key, entry in b.items():
@@ -569,6 +621,13 @@ def test_bench_all_columns_on_fakes(fake_device):
     for key in ("megakernel", "nonfused", "cudnn_nchw", "cudnn_nhwc"):
         assert b[key]["nan_count"] == 0 and b[key]["correct"] is True, (key, b[key])
         assert b[key]["rel_err_vs_cudnn"] < 1e-6 and b[key]["rel_err_vs_f64"] < 1e-6
+    # TF32 columns: TF32-rounded results, correct under TF32's tolerance, and TF32 off after them
+    import torch
+    for key in ("cudnn_tf32_nchw", "cudnn_tf32_nhwc"):
+        assert b[key]["fp32_precision"] == "tf32" and b[key]["correct"] is True, (key, b[key])
+        assert 1e-5 < b[key]["rel_err_vs_cudnn"] < 1e-3 and 1e-5 < b[key]["rel_err_vs_f64"] < 1e-3
+    assert b["cudnn_nchw"]["fp32_precision"] == "ieee"
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
     # the fake cuDNN writes 7 numbers only: the poisoned output shows it
     assert b["cudnn_legacy_winograd_nonfused"]["nan_count"] > 0
     assert b["cudnn_legacy_winograd_nonfused"]["correct"] is False
@@ -581,10 +640,14 @@ def test_bench_all_columns_on_fakes(fake_device):
     assert rec["derived"]["ratio_cudnn_best_over_ours"] is not None
     assert rec["derived"]["cudnn_best_any_from"] in ("cudnn_nchw", "cudnn_nhwc")   # wrong outputs excluded
     assert rec["derived"]["gemm_efficiency_vs_cublas"] is not None
+    assert rec["derived"]["ratio_cudnn_tf32_over_ours"] is not None
+    assert rec["derived"]["cudnn_tf32_from"] in ("cudnn_tf32_nchw", "cudnn_tf32_nhwc")
     json.dumps(common.json_clean(rec), allow_nan=False)
-    # second layer: no float64 CPU check past --f64-layers
+    # second layer: no float64 CPU check past --f64-layers; its fp32 reference is fp32 again
     rec = bench.run_layer(spec, 2)
     assert "reference_f64" not in rec and "rel_err_vs_f64" not in rec["backends"]["megakernel"]
+    assert rec["backends"]["megakernel"]["rel_err_vs_cudnn"] < 1e-6
+    assert rec["backends"]["cudnn_tf32_nchw"]["rel_err_vs_cudnn"] > 1e-5
     bench.close()
 
 
@@ -597,6 +660,25 @@ def test_bench_failures_stay_in_their_column(fake_device):
     for key in ("cudnn_nchw", "cudnn_nhwc", "cudnn_legacy_fft_tiling", "gemm_cublas"):
         assert b[key]["status"] == "ok", (key, b[key])
     assert "repeat" not in rec and bench.dead is None
+
+
+def test_bench_tf32_failure_turns_tf32_off(fake_device):
+    """A TF32 column that raises is n/a, and the columns after it run in fp32."""
+    import torch
+    fp32_conv = torch.nn.functional.conv2d
+
+    def conv(*args, **kwargs):
+        if torch.backends.cudnn.conv.fp32_precision == "tf32":
+            raise RuntimeError("no TF32 kernel")
+        return fp32_conv(*args, **kwargs)
+    torch.nn.functional.conv2d = conv
+    bench = _bench([], fake_device)
+    rec = bench.run_layer(LayerSpec(2, 8, 12, 9, 9, name="tiny"), 0)
+    b = rec["backends"]
+    assert b["cudnn_tf32_nchw"]["status"] == b["cudnn_tf32_nhwc"]["status"] == "n/a: RuntimeError: no TF32 kernel"
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert b["cudnn_legacy_fft_tiling"]["status"] == "ok" and b["megakernel"]["correct"] is True
+    assert compare.derive(rec, "megakernel")["ratio_cudnn_tf32_over_ours"] is None
 
 
 def test_bench_lost_context_marks_the_rest(fake_device):
@@ -624,3 +706,79 @@ def test_bench_direct_suite_not_built(fake_device):
     assert b["cudnn_nchw"]["status"] == "ok" and b["cudnn_nchw"]["correct"] is True
     assert b["cudnn_legacy_winograd_nonfused"]["status"] == "n/a (Winograd needs 3x3 stride 1)"
     assert b["gemm_ours"]["status"] == b["gemm_cublas"]["status"] == "n/a (not a Winograd layer)"
+
+
+def test_readme_status_table_tf32_column():
+    """README's status table: the ×TF32 cell from the derived ratio, "—" where a record (or
+    the committed results file, from a run before the column) lacks it."""
+    import readme_tables
+    layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((250.0, 4e-4), (230.0, 6e-4))),
+              _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0)]
+    for layer in layers:
+        layer["derived"] = compare.derive(layer, "megakernel")
+    data = {"layers": layers, "summary": compare.build_summary(layers, "megakernel"), "date": "today"}
+    lines = readme_tables.status_table(data).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    column = header.index("×TF32")
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines[2:4]}
+    assert len(lines[1].strip("|").split("|")) == len(header) == len(cells["a"])
+    assert cells["a"][column] == "2.30" and cells["b"][column] == readme_tables.MISSING
+    assert "against PyTorch's TF32 default 2.30" in lines[-1] and "6.0e-04" in lines[-1]
+    del data["summary"]["geomean_cudnn_tf32_over_megakernel"]        # a summary from an older run
+    assert f"TF32 default {readme_tables.MISSING}" in readme_tables.status_table(data).splitlines()[-1]
+    committed = json.loads((BENCH / "results" / "h100.json").read_text())
+    rows = [r for r in readme_tables.status_table(committed).splitlines()[2:] if r.startswith("| ")]
+    assert len(rows) == len(committed["layers"]) == 18
+    for layer, row in zip(committed["layers"], rows):
+        tf32_ratio = layer["derived"].get("ratio_cudnn_tf32_over_ours")
+        expected = readme_tables.MISSING if tf32_ratio is None else f"{tf32_ratio:.2f}"
+        assert row.strip("|").split("|")[column].strip() == expected, row
+
+
+def _error_study():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tf32_error_study", BENCH / "experiments" / "tf32_error_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_error_study_rounding_matches_the_kernel_and_bf16():
+    """TF32 rounding as split_tf32 (ties away from zero, 10 explicit bits), BF16 to nearest even."""
+    study = _error_study()
+    one_ulp_tf32, one_ulp_bf16 = 2.0 ** -10, 2.0 ** -7
+    x = np.array([1 + one_ulp_tf32 / 2, -(1 + one_ulp_tf32 / 2), 1 + one_ulp_tf32 / 2 - 2 ** -23,
+                  1 + 1.5 * one_ulp_tf32, 3.0], np.float32)
+    assert study.round_tf32(x).tolist() == [1 + one_ulp_tf32, -(1 + one_ulp_tf32), 1.0, 1 + 2 * one_ulp_tf32, 3.0]
+    assert study.truncate_tf32(x).tolist() == [1.0, -1.0, 1.0, 1 + one_ulp_tf32, 3.0]
+    ties = np.array([1 + one_ulp_bf16 / 2, 1 + 1.5 * one_ulp_bf16], np.float32)     # to even: down, up
+    assert study.round_bf16(ties).tolist() == [1.0, 1 + 2 * one_ulp_bf16]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-3, 4, 1000)
+    parts = study.split_parts(a)
+    for name in ("big", "small", "trunc"):          # TF32 bit patterns: low 13 mantissa bits zero
+        assert not np.any(parts[name].view(np.uint32) & np.uint32(0x1FFF)), name
+    for name in ("hi", "lo"):
+        assert not np.any(parts[name].view(np.uint32) & np.uint32(0xFFFF)), name
+    rel = lambda approx: (np.abs(approx.astype(np.float64) - a) / np.abs(a)).max()   # noqa: E731
+    assert 2.0 ** -13 < rel(parts["big"]) <= 2.0 ** -11
+    assert rel(parts["big"] + parts["small"]) <= 2.0 ** -21
+    assert rel(parts["hi"] + parts["lo"]) <= 2.0 ** -16
+
+
+def test_error_study_orders_the_variants():
+    """On a small layer: 3xTF32 and BF16x3 far below emulated PyTorch TF32, 1xTF32 above it,
+    F(4x4) 1xTF32 above F(2x2)'s; the costs as defined (today's default 1)."""
+    study = _error_study()
+    spec = LayerSpec(1, 32, 16, 12, 12, name="small")
+    variants = [v for v in study.VARIANTS if v[0] in ("F2 1x", "F4 1x", "F4 3x", "F4 bf16x3", "F2 2xV")]
+    assert len(variants) == 5
+    for distribution in study.DISTRIBUTIONS:
+        errors = study.measure_layer(spec, distribution, 1, 12, np.random.default_rng(5), variants)
+        tf32 = errors["pytorch-tf32"]
+        assert 1e-5 < tf32 < 1e-3 and errors["fp32-direct"] < tf32 / 50, (distribution, errors)
+        assert errors["F4 3x"] < tf32 / 10 and errors["F4 bf16x3"] < tf32 / 2, (distribution, errors)
+        assert errors["F4 1x"] > errors["F2 1x"] > errors["F2 2xV"] > errors["F4 3x"], (distribution, errors)
+        assert errors["F4 1x"] > tf32, (distribution, errors)
+    assert study.cost(4, "3x") == 1.0 and study.cost(4, "1x") == pytest.approx(1 / 3)
+    assert study.cost(2, "2xV") == pytest.approx(16 / 4 * 2 / 6.75) and study.cost(4, "bf16x3") == 0.5
