@@ -1,15 +1,16 @@
 // GEMM task (group g, j = position * k_blocks + K block):
 //   M[p][rows of g][K block] = V[p][rows of g][:] @ U[p][:][K block]
-// Mirrors megawino/core/stages/gemm.py.  float32 in and out; the products run as 3xTF32 on the tensor
-// cores (MW_GEMM_TF32X3=1: fp32-level error at tensor-core speed) or as one FFMA chain per
+// Mirrors megawino/core/stages/gemm.py.  float32 in and out; the products run as 3xTF32 on the
+// tensor cores (MW_GEMM_TF32X3=1: fp32-level error at tensor-core speed) or as one FFMA chain per
 // element (MW_GEMM_TF32X3=0).
 //
 // Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 tile), 256 threads, BK = 16,
-// a GEMM_STAGES-deep cp.async ring of 16-byte copies (L1 bypassed: .cg), V rows (C contiguous)
-// as A, U rows (K contiguous) as B: gemm_tile.  The arithmetic's fragment type (Tf32x3Fragments,
-// FfmaFragments) multiplies each k tile and stores the results.  Every output element is one
+// a GEMM_STAGES-deep cp.async ring of 16-byte copies (L1 bypassed: .cg; cp_async_pipeline),
+// V rows (C contiguous) as A, U rows (K contiguous) as B.  gemm_tile multiplies with mma.sync or
+// FFMA (the fragment types Tf32x3Fragments, FfmaFragments); gemm_tile_wgmma multiplies 3xTF32 on
+// warpgroup MMAs where the build targets sm_90a (MW_GEMM_WGMMA).  Every output element is one
 // fixed reduction over k = 0 .. c_stride-1: no split-K, no atomics, the same bits for every
-// mapping, the megakernel and the non-fused kernel.
+// mapping, the megakernel and the non-fused kernel, and the wgmma and mma.sync builds.
 #pragma once
 
 #include "generated_tasks.cuh"
