@@ -72,7 +72,7 @@ def main(argv=None) -> int:
             meta = {"layer": spec.name, "shape": spec.shape_string, "choice": name,
                     "params": dataclasses.asdict(traced.graph.layout.params),
                     "mapping": mapping if isinstance(mapping, str) else dataclasses.asdict(mapping),
-                    "grid": int(traced.grid), "blocks_per_sm": int(traced.blocks_per_sm),
+                    "grid": int(traced.workers), "blocks_per_sm": int(traced.blocks_per_sm),
                     "untraced_median_us": untraced["median_us"],
                     "untraced_min_us": untraced["min_us"]}
             np.savez_compressed(path, records=np.stack(records), order=np.asarray(traced.order),

@@ -98,7 +98,7 @@ def main(argv=None):
                    gemm_tflops=gemm_flop / t_gemm / 1e6, direct_tflops=spec.direct_flops / t_mega / 1e6,
                    filter_us=stage_us["FILTER"], input_us=stage_us["INPUT"], output_us=stage_us["OUTPUT"],
                    cudnn_best_us=b, speedup_vs_cudnn=(b / t_mega if b else None), bitwise_equal=same,
-                   grid=mega.grid, blocks_per_sm=mega.blocks_per_sm, tasks=mega.graph.num_tasks,
+                   grid=mega.workers, blocks_per_sm=mega.blocks_per_sm, tasks=mega.graph.num_tasks,
                    tiles_per_group=mega.params.tiles_per_group, rel_l2_vs_fp64=err)
         rows.append(row)
         print(f"{spec.name:22s} mega {t_mega:8.1f} us  nonf {t_nf:8.1f} us (F {stage_us['FILTER']:6.1f} "

@@ -125,7 +125,7 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         traced(xs[i % len(xs)], w)
         records.append(np.asarray(traced.trace(), dtype=np.int64))
     graph = traced.graph
-    workers = int(traced.grid)
+    workers = int(traced.workers)
     model, _, trace_makespan = calibrate_on_traces(records, traced.order, graph,
                                                    traced.blocks_per_sm, label=spec.name)
     predicted_default = simulate(graph, traced.order, workers, model).makespan
