@@ -37,7 +37,7 @@ struct GemmSmem {
 #if MW_GEMM_WGMMA
   float floats[GEMM_STAGES * (GEMM_BM * GEMM_BK + GEMM_BK * GEMM_BN) + 2 * GEMM_BK * GEMM_BN];
 #else
-  float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 ? 8 : 0)))];
+  float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 || MW_GEMM_BF16X3 ? 8 : 0)))];
 #endif
 };
 
@@ -65,6 +65,30 @@ __device__ __forceinline__ void split_a_step(const float4& r0, const float4& r8,
 // (k >> 2) & 3, so that a warp's fragment reads (rows 4 t4 + 2 q, t4 = 0..3) hit 32 distinct
 // banks without padding.
 __device__ __forceinline__ int swizzled_b_chunk(int k, int chunk) { return chunk ^ (2 * ((k >> 2) & 3)); }
+
+// part (+)= a_small * b_big + a_big * b_small + a_big * b_big for a warp's MT x NT blocks, product
+// by product, so that MT * NT independent MMAs separate two that accumulate into the same
+// registers; ZERO starts part from zero (mma_zero), else it adds to it (mma).
+template <bool ZERO, int MT, int NT, class Mma, class MmaZero>
+__device__ __forceinline__ void three_products(float (&part)[MT * NT][4], const unsigned (&a_big)[MT][4],
+                                               const unsigned (&a_small)[MT][4], const unsigned (&b_big)[NT][2],
+                                               const unsigned (&b_small)[NT][2], Mma mma, MmaZero mma_zero) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if constexpr (ZERO) mma_zero(part[mt * NT + nt], a_small[mt], b_big[nt]);
+      else mma(part[mt * NT + nt], a_small[mt], b_big[nt]);
+    }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma(part[mt * NT + nt], a_big[mt], b_small[nt]);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma(part[mt * NT + nt], a_big[mt], b_big[nt]);
+}
 
 // 3xTF32 fragments of a ROWS x 64 tile: warps own 32 x 32 (ROWS 128: 4 x 2 warps) or 32 x 16
 // (ROWS 64: 2 x 4 warps) blocks of m16n8k8 MMAs.  Each operand is split into two TF32 parts and
@@ -125,21 +149,8 @@ struct Tf32x3Fragments {
         split_tf32(bp[0], b_big[nt][0], b_small[nt][0]);
         split_tf32(bp[GEMM_BN], b_big[nt][1], b_small[nt][1]);
       }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          if (q == 0) mma_tf32_zero(part[mt * NT + nt], a_small[mt], b_big[nt]);
-          else mma_tf32(part[mt * NT + nt], a_small[mt], b_big[nt]);
-        }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_tf32(part[mt * NT + nt], a_big[mt], b_small[nt]);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_tf32(part[mt * NT + nt], a_big[mt], b_big[nt]);
+      if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+      else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
     }
 #pragma unroll
     for (int j = 0; j < MT * NT; ++j)
@@ -163,6 +174,58 @@ struct Tf32x3Fragments {
           *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(a[2], a[3]);
         }
       }
+  }
+};
+
+// BF16x3 fragments of a ROWS x 64 tile (the TF32-grade arithmetic): the warp grid, the shared
+// memory stages and the loads of Tf32x3Fragments, one m16n8k16 BF16 MMA per k tile and product.
+// Each operand is split into BF16 hi (rounded to nearest) and lo (the remainder, rounded), and
+// lo*hi + hi*lo + hi*hi of every 16-term k tile is summed on the tensor cores from zero, then added
+// to the fp32 accumulator with one round-to-nearest FADD; the dropped lo*lo and the roundings
+// leave about 2^-16 relative per product.  The thread's float4 of k 4 t4 .. 4 t4 + 3 is the MMA's
+// k pair (2 t4, 2 t4 + 1) (its first two values) and pair (2 t4 + 8, 2 t4 + 9) (its last two); B
+// rows likewise.
+template <int ROWS>
+struct Bf16x3Fragments : Tf32x3Fragments<ROWS> {
+  using Base = Tf32x3Fragments<ROWS>;
+  using Base::MT;
+  using Base::NT;
+  using typename Base::Acc;
+  __device__ __forceinline__ Bf16x3Fragments(int lane, int warp) : Base(lane, warp) {}
+
+  // hi and lo BF16 pairs of (x0, x1).
+  static __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_bf16x2(x0, x1);
+    lo = pack_bf16x2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xFFFF0000u));
+  }
+
+  __device__ __forceinline__ void multiply(Acc& acc, const float* As, const float* Bs) const {
+    const int g = this->g, t4 = this->t4;
+    unsigned a_hi[MT][4], a_lo[MT][4], b_hi[NT][2], b_lo[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const float* row = As + (this->warp_row + 16 * mt + g) * Base::A_STRIDE + 4 * t4;
+      const float4 r0 = *reinterpret_cast<const float4*>(row);
+      const float4 r8 = *reinterpret_cast<const float4*>(row + 8 * Base::A_STRIDE);
+      split_pair(r0.x, r0.y, a_hi[mt][0], a_lo[mt][0]);
+      split_pair(r8.x, r8.y, a_hi[mt][1], a_lo[mt][1]);
+      split_pair(r0.z, r0.w, a_hi[mt][2], a_lo[mt][2]);
+      split_pair(r8.z, r8.w, a_hi[mt][3], a_lo[mt][3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int n = this->warp_col + 8 * nt + g;
+      // Rows 4 t4 .. 4 t4 + 3 share row 4 t4's swizzle.
+      const float* bp = Bs + 4 * t4 * GEMM_BN + ((swizzled_b_chunk(4 * t4, n >> 2) << 2) | (n & 3));
+      split_pair(bp[0], bp[GEMM_BN], b_hi[nt][0], b_lo[nt][0]);
+      split_pair(bp[2 * GEMM_BN], bp[3 * GEMM_BN], b_hi[nt][1], b_lo[nt][1]);
+    }
+    float part[MT * NT][4];
+    three_products<true>(part, a_hi, a_lo, b_hi, b_lo, mma_bf16, mma_bf16_zero);
+#pragma unroll
+    for (int j = 0; j < MT * NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(acc[j][e], part[j][e]);
   }
 };
 
@@ -236,7 +299,9 @@ struct FfmaFragments {
 // Which arithmetic this build's GEMM runs, for the host to check (megawino.gpu.nvrtc.gemm_uses_wgmma).
 extern "C" __device__ int mw_gemm_wgmma = MW_GEMM_WGMMA;
 
-#if MW_GEMM_TF32X3
+#if MW_GEMM_BF16X3
+template <int ROWS> using GemmFragments = Bf16x3Fragments<ROWS>;
+#elif MW_GEMM_TF32X3
 template <int ROWS> using GemmFragments = Tf32x3Fragments<ROWS>;
 #else
 template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;

@@ -18,7 +18,14 @@
 #ifndef MW_GEMM_TF32X3
 #define MW_GEMM_TF32X3 1
 #endif
-// The 3xTF32 products run on warpgroup MMAs (cuda/gemm.cuh WgmmaTf32x3Fragments) where the
+// MW_GEMM_BF16X3=1 (with MW_GEMM_TF32X3=0): the TF32-grade arithmetic, three BF16 products.
+#ifndef MW_GEMM_BF16X3
+#define MW_GEMM_BF16X3 0
+#endif
+#if MW_GEMM_BF16X3 && MW_GEMM_TF32X3
+#error "MW_GEMM_BF16X3 and MW_GEMM_TF32X3 are two arithmetics: set one"
+#endif
+// The 3xTF32 products run on warpgroup MMAs (cuda/gemm.cuh gemm_tile_wgmma) where the
 // build targets sm_90a (NVRTC -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL), else on mma.sync;
 // -DMW_GEMM_WGMMA=0 keeps mma.sync on sm_90a too.
 #ifndef MW_GEMM_WGMMA

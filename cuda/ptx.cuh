@@ -31,20 +31,31 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// d += a (16 x 8, row) * b (8 x 8, col) on the tensor cores.  Not volatile: the MMA is a pure
+// NAME: d += a * b on the tensor cores, NAME_zero: d = a * b (the accumulator input is zero), for
+// one mma.sync SHAPE: m16n8k8 TF32 (a 16 x 8 row, b 8 x 8 col) or m16n8k16 BF16 pairs (a 16 x 16,
+// b 16 x 8, the lower k in each pair's low half), fp32 sums.  Not volatile: the MMA is a pure
 // function of its operands, so the compiler may interleave independent MMAs.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// d = a * b (the accumulator input is zero).
-__device__ __forceinline__ void mma_tf32_zero(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+#define MW_MMA_SYNC(NAME, SHAPE)                                                                   \
+  __device__ __forceinline__ void NAME(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {  \
+    asm("mma.sync.aligned." SHAPE " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"            \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                               \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                           \
+  }                                                                                                    \
+  __device__ __forceinline__ void NAME##_zero(float (&d)[4], const unsigned (&a)[4],                    \
+                                              const unsigned (&b)[2]) {                                 \
+    asm("mma.sync.aligned." SHAPE " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"        \
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                               \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));                \
+  }
+MW_MMA_SYNC(mma_tf32, "m16n8k8.row.col.f32.tf32.tf32.f32")
+MW_MMA_SYNC(mma_bf16, "m16n8k16.row.col.f32.bf16.bf16.f32")
+#undef MW_MMA_SYNC
+
+// Two floats rounded to nearest-even BF16 and packed: lo in the low half.
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  unsigned d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
 }
 
 // %tid.x through volatile asm: unlike threadIdx.x, NVVM cannot hoist what is derived from it out

@@ -17,12 +17,15 @@ SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
 VARIANTS = [("-DMW_M=4",), ("-DMW_M=2",), ("-DMW_M=4", "-DMW_TRACE"),   # NCHW: the lanes input map
             ("-DMW_M=2", "-DMW_NHWC=1"), ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_TRACE"),
             ("-DMW_M=4", "-DMW_GEMM_TF32X3=0"), ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=0"),  # FFMA GEMM
-            ("-DMW_M=2", "-DMW_GEMM_TF32X3=0", "-DMW_TRACE")]
+            ("-DMW_M=2", "-DMW_GEMM_TF32X3=0", "-DMW_TRACE"),
+            ("-DMW_M=4", "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1"),   # the TF32-grade BF16x3 GEMM
+            ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1")]
 
 
 # The architecture-specific sm_90a build the runtime makes on an H100 (warpgroup-MMA GEMM).
 SM90A = ("-gencode=arch=compute_90a,code=sm_90a",)
-VARIANTS += [SM90A + ("-DMW_M=4",), SM90A + ("-DMW_M=2", "-DMW_NHWC=1"), SM90A + ("-DMW_M=4", "-DMW_TRACE")]
+VARIANTS += [SM90A + ("-DMW_M=4",), SM90A + ("-DMW_M=2", "-DMW_NHWC=1"), SM90A + ("-DMW_M=4", "-DMW_TRACE"),
+             SM90A + ("-DMW_M=4", "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1")]
 
 
 def _ptxas_report(source: str, defines, tmp_path) -> dict[str, tuple[int, int, int]]:

@@ -10,11 +10,12 @@ from megawino.gpu import nvrtc
 from megawino.core.spec import LayerSpec
 
 
-@pytest.mark.parametrize("gemm_math, value", [("3xtf32", 1), ("ffma", 0)])
-def test_gemm_math_sets_the_cuda_define(gemm_math, value, monkeypatch):
+@pytest.mark.parametrize("gemm_math, tf32x3, bf16x3", [("3xtf32", 1, 0), ("ffma", 0, 0), ("bf16x3", 0, 1)])
+def test_gemm_math_sets_the_cuda_defines(gemm_math, tf32x3, bf16x3, monkeypatch):
     monkeypatch.delenv(nvrtc.EXTRA_DEFINES_ENV, raising=False)
     opts = nvrtc.compile_options(4, "NCHW", False, gemm_math)
-    assert [o for o in opts if o.startswith("-DMW_GEMM_TF32X3")] == [f"-DMW_GEMM_TF32X3={value}"]
+    assert [o for o in opts if o.startswith("-DMW_GEMM_")] == [f"-DMW_GEMM_TF32X3={tf32x3}",
+                                                              f"-DMW_GEMM_BF16X3={bf16x3}"]
 
 
 def test_default_gemm_math_is_3xtf32(monkeypatch):
@@ -33,7 +34,7 @@ def test_owned_defines_come_from_compile_options(monkeypatch):
     monkeypatch.delenv(nvrtc.EXTRA_DEFINES_ENV, raising=False)
     traced = {nvrtc.define_name(o) for o in nvrtc.compile_options(4, "NCHW", True)} - {None}
     assert nvrtc.owned_defines() == traced
-    assert {"MW_M", "MW_NHWC", "MW_TRACE", "MW_GEMM_TF32X3"} <= nvrtc.owned_defines()
+    assert {"MW_M", "MW_NHWC", "MW_TRACE", "MW_GEMM_TF32X3", "MW_GEMM_BF16X3"} <= nvrtc.owned_defines()
     # every owned define tells the user what to use instead
     assert nvrtc.owned_defines() <= set(nvrtc.OWNED_DEFINE_HINTS)
 

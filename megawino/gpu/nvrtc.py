@@ -16,10 +16,12 @@ from ..core.resources import cuda_dir, source_hash
 
 BLOCK_THREADS = 256
 KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
-# How the batched GEMM multiplies (cuda/gemm.cuh) -> its MW_GEMM_TF32X3 value.
+# How the batched GEMM multiplies (cuda/gemm.cuh) -> its (MW_GEMM_TF32X3, MW_GEMM_BF16X3) values.
 # "3xtf32": tensor cores, each fp32 operand split into two TF32 parts, fp32 accumulation (the
-# default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per element.
-GEMM_MATHS = {"3xtf32": 1, "ffma": 0}
+# default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per
+# element; "bf16x3": the TF32-grade mode, each operand split into two BF16 parts (three products,
+# fp32 accumulation): error well under PyTorch's TF32 convolutions' (README, "TF32-grade mode").
+GEMM_MATHS = {"3xtf32": (1, 0), "ffma": (0, 0), "bf16x3": (0, 1)}
 DEFAULT_GEMM_MATH = "3xtf32"
 
 
@@ -79,6 +81,7 @@ OWNED_DEFINE_HINTS = {
     "MW_NHWC": "the layer's layout (LayerSpec(layout=...) or conv2d(layout=...))",
     "MW_TRACE": "plan(..., trace=True)",
     "MW_GEMM_TF32X3": "the gemm_math= argument of conv2d / plan",
+    "MW_GEMM_BF16X3": "the gemm_math= argument of conv2d / plan",
     "MW_SOURCE_HASH": "nothing: it keys the kernel cache to the CUDA sources",
 }
 _DEFINE_RE = re.compile(r"-D([A-Za-z_][A-Za-z0-9_]*)(=\S*)?")
@@ -119,7 +122,7 @@ def _runtime_options(m: int, layout: str, trace: bool, gemm_math: str) -> list[s
     check_gemm_math(gemm_math)
     opts = ["-I" + str(cuda_dir()), "--std=c++17", f"-DMW_M={int(m)}",
             f"-DMW_NHWC={1 if layout == 'NHWC' else 0}", f"-DMW_SOURCE_HASH={source_hash()}",
-            f"-DMW_GEMM_TF32X3={GEMM_MATHS[gemm_math]}"]
+            f"-DMW_GEMM_TF32X3={GEMM_MATHS[gemm_math][0]}", f"-DMW_GEMM_BF16X3={GEMM_MATHS[gemm_math][1]}"]
     if trace:
         opts.append("-DMW_TRACE")
     return opts
