@@ -23,9 +23,8 @@ except ImportError:       # run from a checkout without installing
 import numpy as np  # noqa: E402
 
 from megawino.tuning import table as tuning  # noqa: E402
-from megawino.core.suite import load_suite, select_specs  # noqa: E402
 from megawino.core.task_sizes import default_params  # noqa: E402
-from megawino.gpu.timing import rotated_inputs, time_cuda_stats  # noqa: E402
+from megawino.gpu.timing import suite_layer_inputs, time_cuda_stats  # noqa: E402
 
 
 def choices(spec):
@@ -53,12 +52,8 @@ def main(argv=None) -> int:
         raise ValueError("--traces and --reps must be >= 1")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = select_specs(load_suite(suite="winograd", batch=args.batch), args.layers)
-    rng = np.random.default_rng(0)
     index = []
-    for spec in specs:
-        xs, w = rotated_inputs(spec, rng, budget_bytes=1 << 30)
-        out = cupy.empty(spec.output_shape, dtype=cupy.float32)
+    for spec, xs, w, out in suite_layer_inputs(args.batch, args.layers):
         for name, params, mapping in choices(spec):
             plain = runtime.plan(spec, params=params, mapping=mapping)
             untraced = time_cuda_stats(lambda x, plan=plain: plan(x, w, out=out, check=False), xs,

@@ -15,25 +15,12 @@ import torch.nn.functional as F  # noqa: E402
 import megawino.torch as mwt  # noqa: E402
 from megawino.torch import functional, gpu  # noqa: E402
 from megawino.core.spec import LayerSpec  # noqa: E402
-
-
-def rel_l2(y, ref) -> float:
-    ref = ref.double()
-    return float((y.detach().double() - ref.detach()).norm() / ref.detach().norm())
-
-
-def reference(x, w, b=None, stride=1, padding=0):
-    """float64 F.conv2d."""
-    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding)
+from torch_support import randn, reference, rel_l2  # noqa: E402
 
 
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(12)
-
-
-def randn(rng, *shape):
-    return torch.randn(*shape, generator=rng)
 
 
 def test_import_megawino_does_not_import_torch():

@@ -14,27 +14,14 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import megawino.torch as mwt  # noqa: E402
+from torch_support import randn, reference, rel_l2  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def rel_l2(y, ref) -> float:
-    ref = ref.detach().double()
-    return float((y.detach().double() - ref).norm() / ref.norm())
-
-
-def reference(x, w, b=None, stride=1, padding=0):
-    """float64 F.conv2d."""
-    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding)
 
 
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(13)
-
-
-def randn(rng, *shape):
-    return torch.randn(*shape, generator=rng)
 
 
 class OwnForward(nn.Conv2d):

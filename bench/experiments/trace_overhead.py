@@ -15,8 +15,7 @@ except ImportError:       # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 
-from megawino.core.suite import load_suite, select_specs  # noqa: E402
-from megawino.gpu.timing import rotated_inputs, time_cuda_stats  # noqa: E402
+from megawino.gpu.timing import suite_layer_inputs, time_cuda_stats  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -28,12 +27,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import cupy
     from megawino import runtime
-    specs = select_specs(load_suite(suite="winograd", batch=args.batch), args.layers)
-    rng = np.random.default_rng(0)
     rows = []
-    for spec in specs:
-        xs, w = rotated_inputs(spec, rng, budget_bytes=1 << 30)
-        out = cupy.empty(spec.output_shape, dtype=cupy.float32)
+    for spec, xs, w, out in suite_layer_inputs(args.batch, args.layers):
         times = {}
         for traced in (False, True):
             plan = runtime.plan(spec, trace=traced)

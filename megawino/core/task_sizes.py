@@ -39,8 +39,8 @@ def default_params(spec: LayerSpec, m: int = 4) -> TaskParams:
     # 128 output channels per GEMM task where K allows: fewer, longer GEMM tasks re-read
     # each V row block fewer times.
     gemm_k = min(k_stride, GEMM_WIDE_K)
-    # 128-row GEMM tasks (64-row tasks run the narrow tile at 20-23 TFLOP/s) as long
-    # as they still make about two waves of the resident blocks.
+    # 128-row GEMM tasks (the 64-row tile re-reads B for half the rows) as long as they
+    # still make about two waves of the resident blocks.
     gemm_tasks_128 = -(-tiles // 128) * (m + 2) ** 2 * -(-k_stride // gemm_k)
     tiles_per_group = 128 if gemm_tasks_128 >= 2 * DEFAULT_WORKERS else GEMM_BLOCK_ROWS
     groups = -(-tiles // tiles_per_group)

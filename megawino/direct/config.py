@@ -39,13 +39,11 @@ STAGE_SMEM_BUDGET = 40 * 1024   # static shared memory the ring may use (the sta
 
 def flush_terms(spec: LayerSpec) -> int:
     """MW_DIRECT_FLUSH_TERMS for a layer.  One float32 FMA chain of n terms of zero-mean data
-    has a relative L2 error near 0.30 * 2^-24 * sqrt(n): measured on the H100 (alexnet.conv2,
-    n = 1600: 6.95e-7) and in a NumPy model of the chain (7.1e-7 at 1600, 8.1e-7 at 2048,
-    9.8e-7 at 3000).  Up to FLUSH_MIN_CRS terms that stays under 1e-6
-    with a margin; above it the kernel sums chunks of FLUSH_TERMS (about 4e-7 each) and adds
-    the chunk sums into y.  A flush costs a pipeline drain and a read-modify-write of the
-    block's outputs (alexnet.conv2: 740 us unflushed, 930 with 512-term and 1013 with
-    256-term chunks), so it is used only where the error needs it."""
+    has a relative L2 error near 0.30 * 2^-24 * sqrt(n), which up to FLUSH_MIN_CRS terms stays
+    under 1e-6 with a margin; above it the kernel sums chunks of FLUSH_TERMS and adds the chunk
+    sums into y.  A flush costs a pipeline drain and a read-modify-write of the block's
+    outputs, so it is used only where the error needs it (the measurements behind both are in
+    docs/experiments.md)."""
     return FLUSH_TERMS if spec.C * spec.R * spec.S > FLUSH_MIN_CRS else 0
 
 

@@ -43,6 +43,19 @@ def rotated_inputs(spec, rng, budget_bytes: int = 2 << 30):
     return xs, w
 
 
+def suite_layer_inputs(batch, layers, seed: int = 0, budget_bytes: int = 1 << 30):
+    """(spec, xs, w, out) for each selected Winograd suite layer (``layers``: comma-separated
+    names or None for all): :func:`rotated_inputs` from one generator seeded ``seed`` and an
+    uninitialised float32 output."""
+    import cupy
+    import numpy as np
+    from ..core.suite import load_suite, select_specs
+    rng = np.random.default_rng(seed)
+    for spec in select_specs(load_suite(suite="winograd", batch=batch), layers):
+        xs, w = rotated_inputs(spec, rng, budget_bytes=budget_bytes)
+        yield spec, xs, w, cupy.empty(spec.output_shape, dtype=cupy.float32)
+
+
 def rotation_sets(bytes_per_set: int, l2_bytes: int = L2_BYTES_DEFAULT, factor: float = 3.0,
                   min_sets: int = 2, max_sets: int = 64, budget_bytes: int | None = None) -> int:
     """How many input sets to rotate among so that the L2 cannot serve repeats.

@@ -43,8 +43,8 @@ def calibrate_on_traces(records, order, graph, blocks_per_sm: int,
                         label: str = "") -> tuple[CostModel, list[Timeline], float]:
     """The tuner's calibration, shared with ``bench/sim_check.py``: the cost model fitted
     to every raw trace in ``records`` (each [tickets][4] from ``plan.trace()``) pooled,
-    the measured timelines, and the median of their makespans (one trace is noisy on
-    the small layers: densenet161.block4 98-109 us run to run)."""
+    the measured timelines, and the median of their makespans (one trace of a small layer
+    is too noisy to calibrate on)."""
     timelines = [Timeline.from_gpu_trace(r, order, graph, label=label) for r in records]
     if not timelines:
         raise ValueError("calibrate_on_traces needs at least one trace")
