@@ -158,8 +158,10 @@ struct Tf32x3Fragments {
       for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(acc[j][e], part[j][e]);
   }
 
+  // Rows >= row_end are not stored where ROW_BOUND (the pointwise kernel's last row tile).
+  template <bool ROW_BOUND>
   __device__ __forceinline__ void store(const Acc& acc, float* Mp, long long row0, int col0, int col_end,
-                                        int k_stride) const {
+                                        int k_stride, long long row_end) const {
     // C fragment: rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each (mt, nt) block.  col_end
     // is a multiple of K_ALIGN (4), so a column pair is wholly inside or wholly outside.
 #pragma unroll
@@ -167,11 +169,13 @@ struct Tf32x3Fragments {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = col0 + warp_col + 8 * nt + 2 * t4;
+        const long long row = row0 + warp_row + 16 * mt + g;
         if (col < col_end) {
           const float* a = acc[mt * NT + nt];
-          float* dst = Mp + (row0 + warp_row + 16 * mt + g) * k_stride + col;
-          *reinterpret_cast<float2*>(dst) = make_float2(a[0], a[1]);
-          *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(a[2], a[3]);
+          float* dst = Mp + row * k_stride + col;
+          if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(a[0], a[1]);
+          if (!ROW_BOUND || row + 8 < row_end)
+            *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(a[2], a[3]);
         }
       }
   }
@@ -284,12 +288,15 @@ struct FfmaFragments {
     }
   }
 
+  template <bool ROW_BOUND>
   __device__ __forceinline__ void store(const Acc& acc, float* Mp, long long row0, int col0, int col_end,
-                                        int k_stride) const {
+                                        int k_stride, long long row_end) const {
     if (col0 + tc * 4 < col_end) {
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
-        float* dst = Mp + (row0 + tr + 16 * i) * k_stride + col0 + tc * 4;
+        const long long row = row0 + tr + 16 * i;
+        if (ROW_BOUND && row >= row_end) continue;
+        float* dst = Mp + row * k_stride + col0 + tc * 4;
         *reinterpret_cast<float4*>(dst) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
       }
     }
@@ -330,14 +337,16 @@ __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_st
 }
 
 // One ROWS x 64 output tile: rows [row0, row0 + ROWS) of Vp / Mp, columns [col0, col0 + 64) of
-// Up / Mp, columns >= col_end predicated off.  The cp.async ring is shared by both arithmetics:
+// Up / Mp, columns >= col_end predicated off (and rows >= row_end where ROW_BOUND: the pointwise
+// kernel's operands are the user's tensors, which have no padding rows).  The cp.async ring is shared by both arithmetics:
 // stages at F::a_stage / F::b_stage (A rows of F::A_STRIDE floats, B rows of 64 with the chunks
 // at swizzled_b_chunk when F::SWIZZLE_B); each thread copies fixed 16-byte chunks of every stage,
 // GEMM_STAGES - 1 k tiles ahead of the one being multiplied, and k beyond c_stride and columns
 // >= col_end are zero-filled.
-template <int ROWS>
+template <int ROWS, bool ROW_BOUND = false>
 __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
-                                          long long row0, int col0, int col_end, int c_stride, int k_stride) {
+                                          long long row0, int col0, int col_end, int c_stride, int k_stride,
+                                          long long row_end = 0) {
   using F = GemmFragments<ROWS>;
   constexpr int B_STAGE = GEMM_BK * GEMM_BN;
   static_assert(GEMM_STAGES * (F::A_STAGE + B_STAGE) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)),
@@ -378,7 +387,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
     const int kbase = kt * GEMM_BK;
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
-      const bool ok = kbase + a_ch[r] < c_stride;
+      const bool ok = kbase + a_ch[r] < c_stride && (!ROW_BOUND || row0 + a_row[r] < row_end);
       cp_async_cg16(&a_stage(stage)[a_row[r] * F::A_STRIDE + a_ch[r]], ok ? a_src[r] + kbase : Vp, ok);
     }
     const bool ok = b_col_ok && kbase + b_k < c_stride;
@@ -387,7 +396,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
   };
 
   cp_async_pipeline(k_tiles, load_stage, [&](int stage) { frag.multiply(acc, a_stage(stage), b_stage(stage)); });
-  frag.store(acc, Mp, row0, col0, col_end, k_stride);
+  frag.template store<ROW_BOUND>(acc, Mp, row0, col0, col_end, k_stride, row_end);
 }
 
 #if MW_GEMM_WGMMA
@@ -412,10 +421,10 @@ static_assert(GEMM_STAGES * (A_STAGE + B_STAGE) + 2 * SPLIT_PART <= static_cast<
 static_assert(GEMM_BK == 16 && BLOCK_THREADS == 4 * GEMM_BN, "each thread splits 4 k of one B column");
 }  // namespace wgmma_tile
 
-template <int ROWS>
+template <int ROWS, bool ROW_BOUND = false>
 __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
                                                 long long row0, int col0, int col_end, int c_stride,
-                                                int k_stride) {
+                                                int k_stride, long long row_end = 0) {
   using namespace wgmma_tile;
   constexpr int WARPGROUPS = BLOCK_THREADS / 128;
   constexpr int WARPGROUPS_M = ROWS / 64;
@@ -449,7 +458,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     const int kbase = kt * GEMM_BK;
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
-      const bool ok = kbase + a_ch < c_stride;
+      const bool ok = kbase + a_ch < c_stride && (!ROW_BOUND || row0 + a_row[r] < row_end);
       cp_async_cg16(a_stages + stage * A_STAGE + a_row[r] * GEMM_BK + a_ch, ok ? a_src[r] + kbase : Vp, ok);
     }
     const bool ok = b_col_ok && kbase + b_k < c_stride;
@@ -510,10 +519,12 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
   for (int nb = 0; nb < WG_N / 8; ++nb) {
     const int col = col0 + warp_col + 8 * nb + 2 * t4;
+    const long long row = row0 + warp_row + g;
     if (col < col_end) {
-      float* dst = Mp + (row0 + warp_row + g) * k_stride + col;
-      *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
-      *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
+      float* dst = Mp + row * k_stride + col;
+      if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
+      if (!ROW_BOUND || row + 8 < row_end)
+        *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
     }
   }
 }

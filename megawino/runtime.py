@@ -25,6 +25,7 @@ from .gpu.algo_choice import choose_fastest
 from .gpu.nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
 from .gpu.call_checks import check_out, env_number, ready_arrays
 from .direct.plan import DirectPlan
+from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
 from .core.resources import cuda_dir, source_hash
 from .core.spec import LayerSpec
@@ -32,10 +33,10 @@ from .core.tasks import TaskParams
 from .gpu.workspace import set_allocator
 
 __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "choose_fastest",
-           "choose_algo", "Plan", "DirectPlan", "WatchdogError", "gpu_available", "cuda_dir",
+           "choose_algo", "candidate_algos", "Plan", "DirectPlan", "PointwisePlan", "WatchdogError", "gpu_available", "cuda_dir",
            "source_hash"]
 
-ALGOS = KERNEL_KINDS + ("direct",)
+ALGOS = KERNEL_KINDS + ("direct", "pointwise")
 LAYOUTS = ("NCHW", "NHWC")
 ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
 
@@ -58,7 +59,7 @@ def _int_arg(name: str, value, minimum: int) -> int:
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
          timeout_s: float | None = None, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
     """A reusable plan for one layer shape: a Winograd plan for ``megakernel`` / ``nonfused``, a
-    direct plan for ``direct``.  ``gemm_math``: how the Winograd GEMM multiplies, ``"3xtf32"``
+    direct plan for ``direct``, a pointwise plan (1x1 stride-1 layers) for ``pointwise``.  ``gemm_math``: how the Winograd GEMM multiplies, ``"3xtf32"``
     (default) or ``"ffma"``; ``timeout_s``: the watchdog limit (default ``$MEGAWINO_WATCHDOG_S``
     or 2 s)."""
     check_gemm_math(gemm_math)
@@ -68,6 +69,10 @@ def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: 
         if params is not None or mapping is not None or trace:
             raise ValueError("algo='direct' takes no task params, mapping or trace")
         return DirectPlan(spec)
+    if algo == "pointwise":
+        if params is not None or mapping is not None or trace:
+            raise ValueError("algo='pointwise' takes no task params, mapping or trace")
+        return PointwisePlan(spec, gemm_math=gemm_math)
     return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace,
                 gemm_math=gemm_math)
 
@@ -130,17 +135,36 @@ def clear_cache() -> None:
     weights.CACHE.clear()
 
 
+def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:
+    """The algorithms that can run ``spec``, in ALGOS order."""
+    from .direct import check_spec
+    checks = {"megakernel": spec.require_winograd, "nonfused": spec.require_winograd,
+              "direct": lambda: check_spec(spec), "pointwise": lambda: check_pointwise(spec)}
+    names = []
+    for algo in ALGOS:
+        try:
+            checks[algo]()
+        except ValueError:
+            continue
+        names.append(algo)
+    return tuple(names)
+
+
 def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH, prepared_weights: bool = False) -> str:
     """The fastest of the algorithms that can run ``spec`` on this GPU (measured once per shape,
-    cached in the user's cache directory).  ``prepared_weights``: time the calls as a caller
-    with a weight token makes them (the filter transform or packing skipped)."""
-    if not spec.winograd_eligible:
-        return "direct"
+    cached in the user's cache directory; a shape only one algorithm takes is not measured).
+    ``prepared_weights``: time the calls as a caller with a weight token makes them (the filter
+    transform or packing skipped)."""
+    names = candidate_algos(spec)
+    if not names:
+        raise ValueError(f"no megawino algorithm runs {spec.describe()}")
+    if len(names) == 1:
+        return names[0]
     cupy = cupy_module()
     key = (f"{spec.with_(name='').shape_string}/{spec.layout}/{gemm_math}/"
            f"{'prepared' if prepared_weights else 'raw'}/{source_hash()[:12]}")
     known = algo_choice.cached_choice(key)
-    if known in ALGOS:
+    if known in names:
         return known
     rng = np.random.default_rng(0)
     x = cupy.asarray(rng.standard_normal(spec.input_shape, dtype=np.float32))
@@ -148,11 +172,11 @@ def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH, prepared_we
     y = cupy.empty(spec.output_shape, dtype=cupy.float32)
     device = cupy.cuda.Device().id
     candidates = {}
-    for algo in ("megakernel", "nonfused", "direct"):
+    for algo in names:
         try:
             p = PLANS.get((device, spec, algo, gemm_math),
                           lambda a=algo: plan(spec, algo=a, gemm_math=gemm_math))
-        except ValueError:        # a shape one algorithm cannot take
+        except ValueError:        # a limit the shape checks do not cover (workspace size)
             continue
         token = ("choose_algo", spec, algo) if prepared_weights else None
         candidates[algo] = lambda p=p, token=token: p(x, w, out=y, check=False, weight_token=token)

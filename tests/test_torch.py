@@ -247,7 +247,8 @@ def test_ieee_fp32_convolutions_restores_the_setting():
 
 @pytest.mark.parametrize("spec, algos", [
     (LayerSpec(8, 64, 64, 56, 56), ("megakernel", "nonfused", "direct", "pytorch")),
-    (LayerSpec(8, 64, 64, 56, 56, 1, 1, 1, 0), ("direct", "pytorch")),
+    (LayerSpec(8, 64, 64, 56, 56, 1, 1, 1, 0), ("direct", "pointwise", "pytorch")),
+    (LayerSpec(8, 64, 64, 7, 7, 1, 1, 1, 0), ("direct", "pytorch")),
     (LayerSpec(8, 64, 64, 56, 56, 3, 3, 2, 1), ("direct", "pytorch")),
     (LayerSpec(1, 3, 8, 40, 40, 17, 17, 1, 8), ("pytorch",)),
 ])

@@ -54,8 +54,10 @@ class FakeRuntime:
         return out
 
     def choose_algo(self, spec, gemm_math, prepared_weights=False):
+        from megawino.runtime import candidate_algos
         self.chosen.append(spec)
-        return self.best
+        names = candidate_algos(spec)
+        return self.best if self.best in names else names[-1]
 
     def choose_fastest(self, key, candidates):
         self.timed.append((key, tuple(candidates)))
@@ -156,9 +158,9 @@ def test_gpu_glue_auto_measures_once_and_keeps_the_choice(rng, fake_gpu):
     assert len(fake_gpu.chosen) == 1 and len(fake_gpu.timed) == 1
     key, names = fake_gpu.timed[0]
     assert names == ("megakernel", "pytorch") and "n1c4k4h8w8" in key and "3xtf32" in key
-    # A 1x1 layer: the direct path against PyTorch, without asking the runtime's Winograd choice.
+    # A 1x1 layer: the runtime's choice of its own paths (direct, pointwise) against PyTorch.
     run_gpu(x, randn(rng, 4, 4, 1, 1), padding=0)
-    assert len(fake_gpu.chosen) == 1 and fake_gpu.timed[-1][1] == ("direct", "pytorch")
+    assert len(fake_gpu.chosen) == 2 and fake_gpu.timed[-1][1] == ("pointwise", "pytorch")
     # A filter too large for megawino: PyTorch without measuring.
     _, ran = run_gpu(randn(rng, 1, 2, 20, 20), randn(rng, 2, 2, 17, 17), padding=8)
     assert ran == "pytorch" and len(fake_gpu.timed) == 2

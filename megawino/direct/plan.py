@@ -3,8 +3,6 @@ gather table and tile configuration made once per shape; the packed filter matri
 weight token (megawino.gpu.weights) or packed into the stream's own buffer on every call."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from ..gpu import weights, workspace
@@ -31,7 +29,23 @@ def pack_into(dst, w, layout: str) -> None:
     view[...] = w.transpose(1, 2, 3, 0) if layout == "NCHW" else w.transpose(2, 3, 1, 0)
 
 
-class DirectPlan:
+class KernelPlan:
+    """What the plans of the direct and pointwise paths share: the call of the Winograd plans,
+    and ``check`` without a watchdog (kernel errors surface at synchronisation)."""
+
+    spec: LayerSpec
+    device: int
+
+    def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
+        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+
+    def check(self) -> None:
+        if workspace.is_capturing():
+            raise ValueError("check() synchronizes: it cannot run while the stream is captured")
+        cupy_module().cuda.Device(self.device).synchronize()
+
+
+class DirectPlan(KernelPlan):
     """The direct-convolution path (cuda/direct.cu): filters up to 15x15, any stride and padding;
     its tile configuration comes from ``mapping/direct_<gpu>.json`` or the model's heuristic."""
 
@@ -57,21 +71,9 @@ class DirectPlan:
         self._table = _device_table(spec)
         crs = spec.C * spec.R * spec.S
         self.packed_shape = (round_up(crs, config_mod.PACK_ROWS), round_up(spec.K, config_mod.PACK_COLS))
-        self._packed = {}                       # stream -> packed matrix for calls without a token
+        self._packed = workspace.StreamBuffers(self.packed_shape)   # for calls without a token
         self.captured = False                   # a CUDA graph holds its buffers: never evicted
-        self._lock = threading.Lock()
         cupy.cuda.get_current_stream().synchronize()
-
-    def _stream_packed(self, stream: int):
-        with self._lock:
-            buf = self._packed.get(stream)
-            if buf is None:
-                buf = self._packed[stream] = workspace.alloc(self.packed_shape, np.float32)
-                cupy_module().cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, stream)
-        return buf
-
-    def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
-        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
 
     def run(self, x, w, out, check: bool = True, weight_token=None):
         """The launch of :meth:`__call__` on arrays already checked and made ready."""
@@ -79,28 +81,13 @@ class DirectPlan:
         stream = workspace.current_stream_ptr()
         capturing = workspace.is_capturing()
         self.captured = self.captured or capturing
-        if weight_token is None:
-            packed = self._stream_packed(stream)
-            pack_into(packed, w, spec.layout)
-        else:
-            entry = weights.CACHE.get(("direct", self.device, weight_token, spec.layout, self.packed_shape),
-                                      self.packed_shape, zero=True)
-            packed = entry.array
-            entry.pinned = entry.pinned or capturing
-            if entry.ready and not capturing:
-                entry.wait_on(stream)
-            else:
-                pack_into(packed, w, spec.layout)
-                if not capturing:
-                    entry.mark_ready(stream)
+        key = (None if weight_token is None else
+               ("direct", self.device, weight_token, spec.layout, self.packed_shape))
+        packed = weights.prepared(key, self.packed_shape, stream, capturing,
+                                  lambda dst: pack_into(dst, w, spec.layout),
+                                  None if key is not None else self._packed.get(stream))
         launch(self._kernel, self.config, spec, x, packed, self._table, out)
         return out
-
-    def check(self) -> None:
-        """Kernel errors surface at synchronisation (there is no watchdog to read)."""
-        if workspace.is_capturing():
-            raise ValueError("check() synchronizes: it cannot run while the stream is captured")
-        cupy_module().cuda.Device(self.device).synchronize()
 
     def __repr__(self) -> str:
         return (f"DirectPlan({self.spec.describe()}, {self.spec.layout}, config={self.config.key}, "

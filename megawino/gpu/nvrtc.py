@@ -16,6 +16,7 @@ from ..core.resources import cuda_dir, source_hash
 
 BLOCK_THREADS = 256
 KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
+MODULE_KINDS = KERNEL_KINDS + ("pointwise",)  # every module built from the GEMM tiles
 # How the batched GEMM multiplies (cuda/gemm.cuh) -> its (MW_GEMM_TF32X3, MW_GEMM_BF16X3) values.
 # "3xtf32": tensor cores, each fp32 operand split into two TF32 parts, fp32 accumulation (the
 # default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per
@@ -160,10 +161,11 @@ def arch_options(compute_capability: str) -> tuple[str, ...]:
 
 
 def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
-    """The compiled RawModule of ``cuda/megakernel.cu`` (kind "megakernel") or
-    ``cuda/nonfused.cu`` (kind "nonfused") for one variant, built for the current device."""
-    if kind not in KERNEL_KINDS:
-        raise ValueError(f"kind must be one of {KERNEL_KINDS}, got {kind!r}")
+    """The compiled RawModule of ``cuda/<kind>.cu`` for one variant, built for the current
+    device: ``megakernel`` or ``nonfused`` (the Winograd modules), or ``pointwise`` (the 1x1
+    GEMM kernels, which read neither m nor the layout)."""
+    if kind not in MODULE_KINDS:
+        raise ValueError(f"kind must be one of {MODULE_KINDS}, got {kind!r}")
     variant = (kind, int(m), layout, bool(trace and kind == "megakernel"), check_gemm_math(gemm_math),
                source_hash(), extra_defines())    # checked before CuPy is imported
     cupy = cupy_module()

@@ -97,3 +97,21 @@ class WeightCache:
 
 
 CACHE = WeightCache()
+
+
+def prepared(key, shape, stream_ptr: int, capturing: bool, fill, scratch):
+    """The prepared weight array a launch reads.  ``key`` None (no weight token): ``scratch``,
+    refilled by ``fill`` on every call; else the cache entry for ``key``, filled once and then
+    reused (refilled while a CUDA graph is captured, whose replays must write it themselves)."""
+    if key is None:
+        fill(scratch)
+        return scratch
+    entry = CACHE.get(key, shape, zero=True)
+    entry.pinned = entry.pinned or capturing
+    if entry.ready and not capturing:
+        entry.wait_on(stream_ptr)
+    else:
+        fill(entry.array)
+        if not capturing:
+            entry.mark_ready(stream_ptr)
+    return entry.array

@@ -63,6 +63,25 @@ def is_capturing() -> bool:
         return False
 
 
+class StreamBuffers:
+    """One zero-filled float32 buffer of ``shape`` per stream: what a plan packs weights into on
+    calls without a weight token (a buffer another stream's launch may still read is never
+    refilled)."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self._buffers = {}
+        self._lock = threading.Lock()
+
+    def get(self, stream_ptr: int):
+        with self._lock:
+            buf = self._buffers.get(stream_ptr)
+            if buf is None:
+                buf = self._buffers[stream_ptr] = alloc(self.shape, np.float32)
+                cupy_module().cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, stream_ptr)
+        return buf
+
+
 class PinnedArena:
     """Pinned host memory for asynchronous uploads, taken before any capture: pinned allocation
     is not allowed while a stream is captured, and a captured graph replays its copies, so the

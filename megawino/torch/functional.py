@@ -142,7 +142,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     ``backend``: ``"auto"`` / ``"gpu"`` run CUDA tensors on the GPU, ``"cpu"`` runs CPU tensors
     on the CPU executor (3x3 stride 1; other shapes go to torch).  ``algo``: ``"auto"``
     measures megawino's paths and PyTorch's once per shape and GPU and runs the fastest;
-    ``"megakernel"``, ``"nonfused"``, ``"direct"`` or ``"pytorch"`` force one.  Under autograd
+    ``"megakernel"``, ``"nonfused"``, ``"direct"``, ``"pointwise"`` or ``"pytorch"`` force one.  Under autograd
     it runs torch.nn.functional.conv2d (one warning per process)."""
     return conv2d_with_algo(input, weight, bias, stride, padding, dilation, groups,
                             backend=backend, algo=algo, gemm_math=gemm_math)[0]

@@ -20,13 +20,14 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from .. import runtime as runtime_algos
 from ..core.resources import source_hash
 from ..core.spec import LayerSpec
 
 __all__ = ["run_gpu", "candidate_algos", "weight_token", "weights_changed", "runtime_views",
            "MEGAWINO_ALGOS"]
 
-MEGAWINO_ALGOS = ("megakernel", "nonfused", "direct")
+MEGAWINO_ALGOS = runtime_algos.ALGOS
 
 
 # ---------------------------------------------------------------------------
@@ -150,16 +151,9 @@ class _Layer(NamedTuple):
 
 
 def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:
-    """The algorithms algo="auto" chooses from for ``spec``: the Winograd paths for 3x3
-    stride 1, the direct path where it takes the shape, and PyTorch."""
-    from ..direct import check_spec
-    names = list(MEGAWINO_ALGOS[:2]) if spec.winograd_eligible else []
-    try:
-        check_spec(spec)
-        names.append("direct")
-    except ValueError:
-        pass
-    return tuple(names) + ("pytorch",)
+    """The algorithms algo="auto" chooses from for ``spec``: megawino's paths that take the
+    shape (megawino.runtime.candidate_algos), and PyTorch."""
+    return runtime_algos.candidate_algos(spec) + ("pytorch",)
 
 
 _LAYERS: dict = {}     # (shape, stride, padding, layout, gemm_math) -> _Layer
@@ -266,7 +260,6 @@ def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:
     ours = [name for name in layer.candidates if name != "pytorch"]
     if not ours:
         return "pytorch"
-    best = (runtime.choose_algo(layer.spec, gemm_math, prepared_weights=True)
-            if layer.spec.winograd_eligible else ours[0])
+    best = runtime.choose_algo(layer.spec, gemm_math, prepared_weights=True)
     return runtime.choose_fastest(layer.choice_key, {best: functools.partial(run, best),
                                                      "pytorch": functools.partial(run, "pytorch")})
