@@ -33,7 +33,7 @@ from .core.tasks import TaskParams
 from .gpu.workspace import set_allocator
 
 __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "choose_fastest",
-           "choose_algo", "candidate_algos", "Plan", "DirectPlan", "PointwisePlan", "WatchdogError", "gpu_available", "cuda_dir",
+           "choose_algo", "candidate_algos", "cached_plan", "Plan", "DirectPlan", "PointwisePlan", "WatchdogError", "gpu_available", "cuda_dir",
            "source_hash"]
 
 ALGOS = KERNEL_KINDS + ("direct", "pointwise")
@@ -133,6 +133,13 @@ def clear_cache() -> None:
     PLANS.clear()
     _RESOLVED.clear()
     weights.CACHE.clear()
+
+
+def cached_plan(spec: LayerSpec, algo: str, gemm_math: str = DEFAULT_GEMM_MATH):
+    """The plan :func:`conv2d` runs for ``spec`` and ``algo`` on the current device (made and
+    cached when missing): for callers that have checked their arrays themselves."""
+    device = cupy_module().cuda.runtime.getDevice()
+    return PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
 
 
 def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:

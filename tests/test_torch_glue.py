@@ -59,11 +59,27 @@ class FakeRuntime:
         names = candidate_algos(spec)
         return self.best if self.best in names else names[-1]
 
+    def cached_plan(self, spec, algo, gemm_math):
+        return FakePlan(self, spec, algo, gemm_math)
+
     def choose_fastest(self, key, candidates):
         self.timed.append((key, tuple(candidates)))
         for run in candidates.values():
             run()
         return self.winner or next(iter(candidates))
+
+
+class FakePlan:
+    """A plan of the fake runtime: ``run`` (the later calls of a checked shape) computes and
+    records like FakeRuntime.conv2d."""
+
+    def __init__(self, runtime, spec, algo, gemm_math):
+        self.runtime, self.spec, self.algo, self.gemm_math = runtime, spec, algo, gemm_math
+
+    def run(self, x, w, out, check, weight_token):
+        spec = self.spec
+        return self.runtime.conv2d(x, w, spec.stride, spec.padding, self.algo, spec.layout, self.gemm_math,
+                                   out, weight_token)
 
 
 class FakeCupy:
@@ -95,6 +111,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(gpu, "_CHOICES", {})
     monkeypatch.setattr(gpu, "_STREAMS", {})
+    monkeypatch.setattr(gpu, "_LAYERS", {})
     return runtime
 
 

@@ -43,13 +43,26 @@ def main(argv=None):
     megawino.synchronize()
     for name, (h, t) in rows.items():
         print(f"{name:45s} host {h:8.1f} us   with GPU {t:8.1f} us")
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(300):
-        runtime.conv2d(xc, wc, 1, 1, algo="megakernel", out=yc, weight_token=1)
-    prof.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+    import megawino.torch as mwt
+    x1, w1 = torch.randn(1, 16, 8, 8, device="cuda"), torch.randn(16, 16, 1, 1, device="cuda")
+    torch_calls = {f"megawino.torch {algo}": (lambda algo=algo: mwt.conv2d(x1, w1, algo=algo))
+                   for algo in ("pointwise", "direct", "auto")}
+    torch_calls["F.conv2d 1x1"] = lambda: torch.nn.functional.conv2d(x1, w1)
+    for name, fn in torch_calls.items():
+        h, t = host_us(fn)
+        print(f"{name:45s} host {h:8.1f} us   with GPU {t:8.1f} us")
+    calls = {"runtime.conv2d megakernel": lambda: runtime.conv2d(xc, wc, 1, 1, algo="megakernel", out=yc,
+                                                                   weight_token=1),
+             "megawino.torch pointwise": torch_calls["megawino.torch pointwise"]}
+    for name, fn in calls.items():
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(300):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        print(f"--- cProfile of 300 calls: {name}")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":

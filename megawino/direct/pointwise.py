@@ -93,26 +93,34 @@ class PointwisePlan(KernelPlan):
         spec = self.spec
         capturing = workspace.is_capturing()
         self.captured = self.captured or capturing
-        hw = spec.H * spec.W
         if spec.layout == "NCHW":
-            a, b = w, x
-            batch_strides = (0, spec.C * hw, spec.K * hw)
-        else:
-            stream = workspace.current_stream_ptr()
-            key = (None if weight_token is None else
-                   ("pointwise", self.device, weight_token, self.transposed_shape))
+            self.run_pointers(x.data.ptr, w.data.ptr, out.data.ptr)
+            return out
+        stream = workspace.current_stream_ptr()
+        key = None if weight_token is None else ("pointwise", self.device, weight_token, self.transposed_shape)
 
-            def transpose(dst):
-                dst[...] = w.reshape(spec.K, spec.C).T
+        def transpose(dst):
+            dst[...] = w.reshape(spec.K, spec.C).T
 
-            a = x
-            b = weights.prepared(key, self.transposed_shape, stream, capturing, transpose,
-                                 None if key is not None else self._transposed.get(stream))
-            batch_strides = (0, 0, 0)
-        self._kernel(self.grid, (BLOCK_THREADS,),
-                     (a, b, out, np.int32(self.rows), np.int32(self.cols), np.int32(self.channels),
-                      *(np.int64(s) for s in batch_strides)))
+        transposed = weights.prepared(key, self.transposed_shape, stream, capturing, transpose,
+                                      None if key is not None else self._transposed.get(stream))
+        self._launch(x.data.ptr, transposed.data.ptr, out.data.ptr, (0, 0, 0))
         return out
+
+    def run_pointers(self, x_ptr: int, w_ptr: int, out_ptr: int) -> None:
+        """The NCHW launch on raw device pointers of C-contiguous, 16-byte aligned float32 tensors
+        of the plan's shapes, on CuPy's current stream: the caller has checked them (the per-call
+        path of megawino.torch, which has no CuPy arrays to give)."""
+        spec = self.spec
+        if spec.layout != "NCHW":
+            raise ValueError("run_pointers takes NCHW layers (NHWC prepares a transposed filter)")
+        hw = spec.H * spec.W
+        self._launch(w_ptr, x_ptr, out_ptr, (0, spec.C * hw, spec.K * hw))
+
+    def _launch(self, a_ptr: int, b_ptr: int, out_ptr: int, batch_strides) -> None:
+        self._kernel(self.grid, (BLOCK_THREADS,),
+                     (np.uint64(a_ptr), np.uint64(b_ptr), np.uint64(out_ptr), np.int32(self.rows),
+                      np.int32(self.cols), np.int32(self.channels), *(np.int64(s) for s in batch_strides)))
 
     def __repr__(self) -> str:
         return (f"PointwisePlan({self.spec.describe()}, {self.spec.layout}, {self.gemm_math}, "
