@@ -1,6 +1,6 @@
 """The workload bench/sanitize.sh runs under compute-sanitizer: a few small layers with odd sizes,
 both Winograd algorithms (megakernel, nonfused), m = 2 and 4, both layouts, odd task sizes and
-both GEMM arithmetics, each launched twice (the second launch runs on the scheduler state the
+both GEMM arithmetics, and the pointwise path in both layouts, each launched twice (the second launch runs on the scheduler state the
 first one reset) and checked against a float64 direct convolution.
 
 ``python bench/sanitize_driver.py [--list]``: one line per case, ``driver: ok ...`` or
@@ -34,7 +34,7 @@ ODD_PARAMS = TaskParams(m=4, tiles_per_group=128, input_channels_per_task=20, ge
                         output_k_per_task=12, filter_pairs_per_task=100, input_tiles_per_task=32,
                         output_tiles_per_task=16)
 
-# (layer, algo, m, task params (None: the table / heuristic), gemm_math)
+# (layer, algo, m (None: not Winograd), task params (None: the table / heuristic), gemm_math)
 CASES = [
     (LayerSpec(1, 13, 11, 9, 7), "megakernel", 4, None, "3xtf32"),
     (LayerSpec(1, 13, 11, 9, 7), "nonfused", 4, None, "3xtf32"),
@@ -44,11 +44,16 @@ CASES = [
     (LayerSpec(1, 5, 3, 5, 5, padding=2), "nonfused", 4, None, "ffma"),
     (LayerSpec(2, 40, 44, 13, 11), "megakernel", 4, ODD_PARAMS, "3xtf32"),
     (LayerSpec(2, 40, 44, 13, 11, layout="NHWC"), "nonfused", 4, ODD_PARAMS, "ffma"),
+    # The pointwise path: partial row and column tiles read and written in unpadded tensors.
+    (LayerSpec(3, 36, 200, 6, 10, 1, 1, 1, 0), "pointwise", None, None, "3xtf32"),
+    (LayerSpec(3, 20, 44, 7, 5, 1, 1, 1, 0, "NHWC"), "pointwise", None, None, "3xtf32"),
 ]
 
 
 def describe(case) -> str:
     spec, algo, m, params, gemm_math = case
+    if m is None:
+        return f"{spec.describe()} {spec.layout} {algo} {gemm_math}"
     sizes = "odd task sizes" if params is not None else "default task sizes"
     return f"{spec.describe()} {spec.layout} {algo} m={m} {gemm_math} {sizes}"
 
@@ -59,8 +64,11 @@ def run_case(case, rng) -> float:
     import megawino
     from megawino.core.task_sizes import default_params
     spec, algo, m, params, gemm_math = case
-    params = params if params is not None else default_params(spec, m)
-    plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math)
+    if m is None:          # not Winograd: no task params
+        plan = megawino.plan(spec, algo=algo, gemm_math=gemm_math)
+    else:
+        params = params if params is not None else default_params(spec, m)
+        plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math)
     x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
     x_layout = x if spec.layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
