@@ -119,6 +119,13 @@ def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
     algo_choice.forget()
     monkeypatch.setattr(algo_choice, "measure", lambda c: {"a": 1.0, "b": 2.0, "c": 3.0})
     assert algo_choice.choose_fastest("shape-1", candidates) == "a"   # a broken file is remeasured
+    algo_choice.forget()
+    (tmp_path / algo_choice.FILE_NAME).unlink()
+    # A handicap of 1.5 on "a" (1.0 us) loses to "b" (2.0 us) no more: 1.5 < 2.0; 2.5 does.
+    assert algo_choice.choose_fastest("shape-2", candidates, handicaps={"a": 1.5}) == "a"
+    assert algo_choice.choose_fastest("shape-3", candidates, handicaps={"a": 2.5}) == "b"
+    saved = json.loads((tmp_path / algo_choice.FILE_NAME).read_text())["gpus"]["Test GPU"]
+    assert saved["shape-3"]["median_us"] == {"a": 1.0, "b": 2.0, "c": 3.0}    # measured times kept
     with pytest.raises(ValueError):
         algo_choice.choose_fastest("", candidates)
     with pytest.raises(ValueError):

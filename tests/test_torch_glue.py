@@ -62,7 +62,7 @@ class FakeRuntime:
     def cached_plan(self, spec, algo, gemm_math):
         return FakePlan(self, spec, algo, gemm_math)
 
-    def choose_fastest(self, key, candidates):
+    def choose_fastest(self, key, candidates, handicaps=None):
         self.timed.append((key, tuple(candidates)))
         for run in candidates.values():
             run()

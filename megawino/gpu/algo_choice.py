@@ -73,10 +73,12 @@ def cached_choice(key: str) -> str | None:
         return _memory.get((gpu, key))
 
 
-def choose_fastest(key: str, candidates: dict) -> str:
+def choose_fastest(key: str, candidates: dict, handicaps: dict | None = None) -> str:
     """The name of the fastest zero-argument callable of ``candidates`` for ``key`` on this GPU:
-    the cached answer, else measured now (and cached).  While the current stream is captured
-    into a CUDA graph nothing can be timed: the first candidate is returned then."""
+    the cached answer, else measured now (and cached).  ``handicaps``: name -> factor (>= 1) its
+    measured time is multiplied by before the comparison (the file keeps the measured times).
+    While the current stream is captured into a CUDA graph nothing can be timed: the first
+    candidate is returned then."""
     if not candidates:
         raise ValueError("choose_fastest needs at least one candidate")
     if not isinstance(key, str) or not key:
@@ -90,8 +92,9 @@ def choose_fastest(key: str, candidates: dict) -> str:
     from .workspace import is_capturing
     if is_capturing():
         return names[0]
+    handicaps = handicaps or {}
     times = measure(candidates)
-    choice = min(times, key=times.get)
+    choice = min(times, key=lambda name: times[name] * handicaps.get(name, 1.0))
     gpu = gpu_name()
     with _lock:
         _memory[(gpu, key)] = choice

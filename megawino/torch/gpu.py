@@ -28,6 +28,11 @@ __all__ = ["run_gpu", "candidate_algos", "weight_token", "weights_changed", "run
            "MEGAWINO_ALGOS"]
 
 MEGAWINO_ALGOS = runtime_algos.ALGOS
+# algo="auto" keeps a megawino path only where PyTorch's measured time is at least this factor
+# of megawino's: a burst of calls of one layer leaves out the host time a converted layer adds
+# to a whole forward, which decides host-bound models (docs/experiments.md, entry 57).
+ENV_CHOICE_MARGIN = "MEGAWINO_CHOICE_MARGIN"
+DEFAULT_CHOICE_MARGIN = 1.15
 
 
 # ---------------------------------------------------------------------------
@@ -168,7 +173,7 @@ def _layer(key) -> _Layer:
         n, c, k, h, w, r, s, stride, padding, layout, gemm_math = key
         spec = LayerSpec(n, c, k, h, w, r, s, stride, padding, layout)
         choice_key = (f"torch{torch.__version__}-cudnn{torch.backends.cudnn.version()}-"
-                      f"megawino{source_hash()[:12]}/"
+                      f"megawino{source_hash()[:12]}-margin{choice_margin()}/"
                       f"{spec.shape_string}/{layout}/{gemm_math}")
         layer = _LAYERS[key] = _Layer(spec, candidate_algos(spec), choice_key, set())
     return layer
@@ -274,4 +279,12 @@ def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:
         return "pytorch"
     best = runtime.choose_algo(layer.spec, gemm_math, prepared_weights=True)
     return runtime.choose_fastest(layer.choice_key, {best: functools.partial(run, best),
-                                                     "pytorch": functools.partial(run, "pytorch")})
+                                                     "pytorch": functools.partial(run, "pytorch")},
+                                  handicaps={best: choice_margin()})
+
+
+def choice_margin() -> float:
+    """``$MEGAWINO_CHOICE_MARGIN`` (>= 1), else DEFAULT_CHOICE_MARGIN."""
+    from ..gpu.call_checks import env_number
+    value = env_number(ENV_CHOICE_MARGIN, DEFAULT_CHOICE_MARGIN, float, 1.0)
+    return float(value)
