@@ -20,14 +20,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .. import runtime as runtime_algos
+from ..runtime import ALGOS as MEGAWINO_ALGOS, candidate_algos as megawino_candidates
 from ..core.resources import source_hash
 from ..core.spec import LayerSpec
 
 __all__ = ["run_gpu", "candidate_algos", "weight_token", "weights_changed", "runtime_views",
            "MEGAWINO_ALGOS"]
 
-MEGAWINO_ALGOS = runtime_algos.ALGOS
 # algo="auto" keeps a megawino path only where PyTorch's measured time is at least this factor
 # of megawino's: a burst of calls of one layer leaves out the host time a converted layer adds
 # to a whole forward, which decides host-bound models (docs/experiments.md, entry 57).
@@ -159,7 +158,7 @@ class _Layer(NamedTuple):
 def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:
     """The algorithms algo="auto" chooses from for ``spec``: megawino's paths that take the
     shape (megawino.runtime.candidate_algos), and PyTorch."""
-    return runtime_algos.candidate_algos(spec) + ("pytorch",)
+    return megawino_candidates(spec) + ("pytorch",)
 
 
 _LAYERS: dict = {}     # (shape, stride, padding, layout, gemm_math) -> _Layer
