@@ -20,7 +20,7 @@
 namespace mw {
 
 constexpr int GEMM_BM = 128;
-constexpr int GEMM_BN = 64;
+constexpr int GEMM_BN = GEMM_TILE_COLS;
 constexpr int GEMM_BK = 16;
 constexpr int GEMM_STAGES = 3;
 

@@ -135,10 +135,9 @@ def clear_cache() -> None:
     weights.CACHE.clear()
 
 
-def cached_plan(spec: LayerSpec, algo: str, gemm_math: str = DEFAULT_GEMM_MATH):
-    """The plan :func:`conv2d` runs for ``spec`` and ``algo`` on the current device (made and
-    cached when missing): for callers that have checked their arrays themselves."""
-    device = cupy_module().cuda.runtime.getDevice()
+def cached_plan(spec: LayerSpec, algo: str, gemm_math: str, device: int):
+    """The plan :func:`conv2d` runs for ``spec`` and ``algo`` on ``device``, the current device
+    (made and cached when missing): for callers that have checked their arrays themselves."""
     return PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
 
 

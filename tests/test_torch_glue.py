@@ -59,7 +59,7 @@ class FakeRuntime:
         names = candidate_algos(spec)
         return self.best if self.best in names else names[-1]
 
-    def cached_plan(self, spec, algo, gemm_math):
+    def cached_plan(self, spec, algo, gemm_math, device):
         return FakePlan(self, spec, algo, gemm_math)
 
     def choose_fastest(self, key, candidates, handicaps=None):

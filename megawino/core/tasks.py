@@ -49,6 +49,7 @@ NO_COUNTER = -1
 CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a multiple of this
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
+GEMM_TILE_COLS = 64      # columns of one GEMM block tile (the pointwise path's grid is planned in them)
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line
 LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE_CHANNELS in
                          # cuda/params.cuh): a task with

@@ -85,7 +85,7 @@ class DirectPlan(KernelPlan):
                ("direct", self.device, weight_token, spec.layout, self.packed_shape))
         packed = weights.prepared(key, self.packed_shape, stream, capturing,
                                   lambda dst: pack_into(dst, w, spec.layout),
-                                  None if key is not None else self._packed.get(stream))
+                                  self._packed)
         launch(self._kernel, self.config, spec, x, packed, self._table, out)
         return out
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.spec import LayerSpec
+from ..core.tasks import GEMM_TILE_COLS, K_ALIGN
 from ..gpu import weights, workspace
 from ..gpu.call_checks import require_gpu
 from ..gpu.nvrtc import BLOCK_THREADS, DEFAULT_GEMM_MATH, check_gemm_math, module
 from .plan import KernelPlan
 
-# The GEMM tile's column width and row heights (cuda/gemm.cuh GEMM_BN, the two kernels).
-TILE_COLS = 64
+# The row heights of the two kernels (mw_pointwise_128, mw_pointwise_64).
 TILE_ROWS = (128, 64)
-# 16-byte copies: rows of both operands must start on 4-float boundaries.
-VECTOR_FLOATS = 4
+# The GEMM tile's 16-byte copies: rows of both operands start on K_ALIGN-float boundaries.
+VECTOR_FLOATS = K_ALIGN
 GRID_LIMIT = 65535      # the grid's y and z extents
 
 
@@ -48,7 +48,7 @@ def check_pointwise(spec: LayerSpec) -> None:
         what = "H*W" if spec.layout == "NCHW" else "K"
         raise ValueError(f"the pointwise path needs {what} divisible by {VECTOR_FLOATS} in {spec.layout} "
                          f"(16-byte rows), got {what}={cols}")
-    if -(-cols // TILE_COLS) > GRID_LIMIT or batch > GRID_LIMIT or rows >= 2 ** 31:
+    if -(-cols // GEMM_TILE_COLS) > GRID_LIMIT or batch > GRID_LIMIT or rows >= 2 ** 31:
         raise ValueError(f"{spec.describe()} is too large for the pointwise grid")
 
 
@@ -78,7 +78,7 @@ class PointwisePlan(KernelPlan):
         self.spec = spec
         self.device = cupy.cuda.Device().id
         self.rows, self.cols, self.channels, self.batch = gemm_dims(spec)
-        col_tiles = -(-self.cols // TILE_COLS)
+        col_tiles = -(-self.cols // GEMM_TILE_COLS)
         sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.tile_rows = tile_rows or choose_tile_rows(self.rows, col_tiles, self.batch, sm_count)
         self.grid = (-(-self.rows // self.tile_rows), col_tiles, self.batch)
@@ -103,7 +103,7 @@ class PointwisePlan(KernelPlan):
             dst[...] = w.reshape(spec.K, spec.C).T
 
         transposed = weights.prepared(key, self.transposed_shape, stream, capturing, transpose,
-                                      None if key is not None else self._transposed.get(stream))
+                                      self._transposed)
         self._launch(x.data.ptr, transposed.data.ptr, out.data.ptr, (0, 0, 0))
         return out
 

@@ -99,11 +99,13 @@ class WeightCache:
 CACHE = WeightCache()
 
 
-def prepared(key, shape, stream_ptr: int, capturing: bool, fill, scratch):
-    """The prepared weight array a launch reads.  ``key`` None (no weight token): ``scratch``,
-    refilled by ``fill`` on every call; else the cache entry for ``key``, filled once and then
-    reused (refilled while a CUDA graph is captured, whose replays must write it themselves)."""
+def prepared(key, shape, stream_ptr: int, capturing: bool, fill, stream_buffers):
+    """The prepared weight array a launch reads.  ``key`` None (no weight token): the stream's
+    buffer of ``stream_buffers`` (workspace.StreamBuffers), refilled by ``fill`` on every call;
+    else the cache entry for ``key``, filled once and then reused (refilled while a CUDA graph
+    is captured, whose replays must write it themselves)."""
     if key is None:
+        scratch = stream_buffers.get(stream_ptr)
         fill(scratch)
         return scratch
     entry = CACHE.get(key, shape, zero=True)

@@ -29,7 +29,7 @@ __all__ = ["run_gpu", "candidate_algos", "weight_token", "weights_changed", "run
 
 # algo="auto" keeps a megawino path only where PyTorch's measured time is at least this factor
 # of megawino's: a burst of calls of one layer leaves out the host time a converted layer adds
-# to a whole forward, which decides host-bound models (docs/experiments.md, entry 57).
+# to a whole forward, which decides host-bound models.
 ENV_CHOICE_MARGIN = "MEGAWINO_CHOICE_MARGIN"
 DEFAULT_CHOICE_MARGIN = 1.15
 
@@ -250,7 +250,7 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
             layer.checked.add((name, dev))
             return out
         # Later calls: arrays of the checked shapes and dtype, a fresh output, aligned input.
-        plan = runtime.cached_plan(layer.spec, name, gemm_math)
+        plan = runtime.cached_plan(layer.spec, name, gemm_math, dev)
         if name == "pointwise" and not channels_last:
             plan.run_pointers(x.data_ptr(), w_view.data.ptr, out.data_ptr())
         else:
