@@ -168,6 +168,14 @@ def host_overhead(calls: int) -> list[dict]:
     for algo in ("megakernel", "direct", "auto"):
         variants[f"megawino.torch.conv2d algo={algo}"] = (
             lambda algo=algo: mwt.conv2d(x, weight, None, 1, 1, algo=algo))
+    # Layers as a converted model calls them (the later calls of a MegawinoConv2d), against the
+    # plain nn.Conv2d of the same shape.
+    for r, algos in ((3, ("megakernel", "nonfused", "direct")), (1, ("pointwise",))):
+        plain = torch.nn.Conv2d(c, k, r, padding=r // 2, bias=False).cuda().eval()
+        variants[f"nn.Conv2d {r}x{r} (PyTorch)"] = lambda plain=plain: plain(x)
+        for algo in algos:
+            layer = mwt.MegawinoConv2d(c, k, r, padding=r // 2, bias=False, algo=algo).cuda().eval()
+            variants[f"MegawinoConv2d {r}x{r} algo={algo}"] = lambda layer=layer: layer(x)
     rows = []
     with torch.inference_mode():
         def synchronize():
@@ -178,7 +186,8 @@ def host_overhead(calls: int) -> list[dict]:
             host_us, total_us = host_time_per_call(call, calls, synchronize, warmup=50)
             rows.append({"call": label, "calls": calls, "host_us": host_us, "total_us": total_us})
     _, ran = mwt.functional.conv2d_with_algo(x, weight, None, 1, 1)
-    rows[-1]["call"] += f" (runs {ran})"
+    auto = next(row for row in rows if row["call"] == "megawino.torch.conv2d algo=auto")
+    auto["call"] += f" (runs {ran})"
     return rows
 
 
@@ -257,7 +266,7 @@ def results_table(rows: list[dict]):
 def overhead_table(rows: list[dict]):
     from rich.table import Table
     n, c, k, h, w = OVERHEAD_SHAPE
-    table = Table(title=f"host time per call, N{n} C{c} K{k} {h}x{w} 3x3 (cached layer)")
+    table = Table(title=f"host time per call, N{n} C{c} K{k} {h}x{w} (3x3 unless named; cached layer)")
     for column in ("call", "host µs / call", "with the GPU µs / call"):
         table.add_column(column, justify="left" if column == "call" else "right")
     for row in rows:

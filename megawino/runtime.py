@@ -78,7 +78,8 @@ def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: 
 
 
 class _PlanCache:
-    """Thread-safe LRU of plans keyed by (device, spec, algo, gemm_math)."""
+    """Thread-safe LRU of plans keyed by (device, spec, algo, gemm_math); a plan it drops is
+    marked ``evicted`` (a launcher that holds it stops using it)."""
 
     def __init__(self):
         self._plans: collections.OrderedDict = collections.OrderedDict()
@@ -104,16 +105,20 @@ class _PlanCache:
                                     if not getattr(p, "captured", False) and k != key]:
                         if len(self._plans) <= limit:
                             break
-                        del self._plans[old_key]
+                        self._plans.pop(old_key).evicted = True
                     self._making.pop(key, None)
         return found
 
     def discard(self, key) -> None:
         with self._lock:
-            self._plans.pop(key, None)
+            found = self._plans.pop(key, None)
+        if found is not None:
+            found.evicted = True
 
     def clear(self) -> None:
         with self._lock:
+            for found in self._plans.values():
+                found.evicted = True
             self._plans.clear()
 
     def __len__(self) -> int:

@@ -1,5 +1,5 @@
 """CPU tests of the plan's graph forms: once U is prepared the megakernel runs the graph without
-its filter tasks (megawino.gpu.winograd_plan.without_filter_tasks); the CPU executor runs that same task list
+its filter tasks (megawino.schedule.mapping.without_filter_tasks); the CPU executor runs that same task list
 and must give bitwise the output of the full graph."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from megawino.cpu import executor
 from megawino.schedule import mapping as mapping_mod
-from megawino.gpu.winograd_plan import without_filter_tasks
+from megawino.schedule.mapping import without_filter_tasks
 from megawino.core.spec import LayerSpec
 from megawino.core.task_sizes import build_graph, default_params
 from megawino.core.tasks import TaskType

@@ -89,14 +89,24 @@ def test_plan_cache_is_an_lru_that_builds_each_key_once(monkeypatch):
     cache = runtime._PlanCache()
     made = []
 
+    class FakePlan:
+        def __init__(self, key):
+            self.key = key
+
     def make(key):
-        made.append(key)
-        return f"plan {key}"
+        plan = FakePlan(key)
+        made.append(plan)
+        return plan
 
     for key in ("a", "b", "a", "c", "a", "b"):
-        assert cache.get(key, lambda k=key: make(k)) == f"plan {key}"
-    assert made == ["a", "b", "c", "b"]         # "b" was evicted by "c", "a" stayed in use
+        assert cache.get(key, lambda k=key: make(k)).key == key
+    assert [p.key for p in made] == ["a", "b", "c", "b"]   # "b" was evicted by "c", "a" stayed in use
     assert len(cache) == 2
+    # A dropped plan is marked, so a launcher that holds it stops using it.
+    assert [getattr(p, "evicted", False) for p in made] == [False, True, True, False]
+    cache.discard("a")
+    cache.clear()
+    assert all(p.evicted for p in made)
 
 
 def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
@@ -156,9 +166,11 @@ def test_caches_never_evict_what_a_captured_graph_uses(monkeypatch):
     cache = runtime._PlanCache()
     captured = type("CapturedPlan", (), {"captured": True})()
     cache.get("graph", lambda: captured)
-    cache.get("a", lambda: "plan a")
-    cache.get("b", lambda: "plan b")
+    plain = [type("Plan", (), {})() for _ in range(2)]
+    cache.get("a", lambda: plain[0])
+    cache.get("b", lambda: plain[1])
     assert cache.get("graph", lambda: pytest.fail("the captured plan was evicted")) is captured
+    assert plain[0].evicted and not getattr(captured, "evicted", False)
 
     class FakeArray:
         def __init__(self, nbytes):
@@ -168,6 +180,7 @@ def test_caches_never_evict_what_a_captured_graph_uses(monkeypatch):
     store = weights.WeightCache()
     pinned = store.get("w0", (1,))
     pinned.pinned = True
-    store.get("w1", (1,))
+    first = store.get("w1", (1,))
     store.get("w2", (1,))
     assert len(store) == 2 and store.get("w0", (1,)) is pinned
+    assert first.evicted and not pinned.evicted and store.lookup("w1") is None

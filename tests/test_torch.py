@@ -13,7 +13,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import megawino.torch as mwt  # noqa: E402
-from megawino.torch import functional, gpu  # noqa: E402
+from megawino.torch import functional, gpu, weight_tokens  # noqa: E402
 from megawino.core.spec import LayerSpec  # noqa: E402
 from torch_support import randn, reference, rel_l2  # noqa: E402
 
@@ -232,9 +232,9 @@ def test_weight_tokens_are_not_copied_with_the_tensor(rng):
     token = gpu.weight_token(w)
     for other in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
         assert gpu.weight_token(other)[0] != token[0]
-    count = len(gpu._TRACKED)
+    count = len(weight_tokens._TRACKED)
     del w, other
-    assert len(gpu._TRACKED) <= count - 2
+    assert len(weight_tokens._TRACKED) <= count - 2
 
 
 def test_ieee_fp32_convolutions_restores_the_setting():

@@ -195,3 +195,112 @@ def test_gpu_glue_refuses_an_algo_the_shape_cannot_take(rng, fake_gpu):
     with pytest.raises(ValueError, match="algo='megakernel'"):
         run_gpu(randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 1, 1), padding=0, algo="megakernel")
     assert not fake_gpu.calls
+
+
+class FakeLauncher:
+    """A plan's launcher: computes the layer from the input it is handed (found by pointer) into
+    the output memory the call allocated, and records the pointers."""
+
+    def __init__(self, weight, inputs):
+        self.weight, self.inputs, self.calls, self.is_valid = weight, inputs, [], True
+
+    def valid(self):
+        return self.is_valid
+
+    def launch(self, x_ptr, out_ptr):
+        import ctypes
+        self.calls.append((x_ptr, out_ptr))
+        y = F.conv2d(self.inputs[x_ptr], self.weight, None, 1, 1).contiguous()
+        ctypes.memmove(out_ptr, y.data_ptr(), y.numel() * y.element_size())
+
+
+@pytest.fixture
+def fast_glue(fake_gpu, monkeypatch):
+    """The fake GPU, with torch's current device, raw stream and thread set-up stood in for."""
+    stream = {"handle": 7}
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)     # CPU tensors: device index None
+    monkeypatch.setattr(gpu, "_raw_stream_getter", lambda: (lambda index: stream["handle"]))
+    fake_gpu.cupy.cuda.runtime = type("runtime", (), {"setDevice": staticmethod(lambda index: None)})
+    fake_gpu.plans = []
+
+    def cached_plan(spec, algo, gemm_math, device):
+        plan = FakePlan(fake_gpu, spec, algo, gemm_math)
+        plan.launcher = lambda x, w, token: fake_gpu.launcher
+        fake_gpu.plans.append(plan)
+        return plan
+    monkeypatch.setattr(fake_gpu, "cached_plan", cached_plan)
+    fake_gpu.stream = stream
+    return fake_gpu
+
+
+def test_fast_call_repeats_only_a_call_that_nothing_changed(rng, fast_glue, monkeypatch):
+    x, weight = randn(rng, 2, 4, 8, 8), nn.Parameter(randn(rng, 6, 4, 3, 3))
+    inputs = {x.data_ptr(): x}
+    fast_glue.launcher = FakeLauncher(weight.detach(), inputs)
+    with torch.no_grad():
+        assert gpu.fast_call(x, weight, 1, 1, "megakernel", "3xtf32") is None    # no full call yet
+        run_gpu(x, weight, algo="megakernel")
+        assert gpu.fast_call(x, weight, 1, 1, "pytorch", "3xtf32") is None
+        fast = gpu.fast_call(x, weight, 1, 1, "megakernel", "3xtf32")
+        y = fast(x, weight)
+    assert fast_glue.launcher.calls == [(x.data_ptr(), y.data_ptr())]
+    assert y.shape == (2, 6, 8, 8) and rel_l2(y, reference(x, weight, padding=1)) < 1e-6
+    # Each difference from the call it was made after sends the call to the full path.
+    other = randn(rng, 2, 4, 8, 8)
+    inputs[other.data_ptr()] = other
+    with torch.no_grad():
+        assert rel_l2(fast(other, weight), reference(other, weight, padding=1)) < 1e-6   # another input
+        assert fast(randn(rng, 1, 4, 8, 8), weight) is None                  # another shape
+        assert fast(x.double(), weight) is None                              # another dtype
+        assert fast(x.contiguous(memory_format=torch.channels_last), weight) is None   # another layout
+        assert fast(x.transpose(2, 3), weight) is None                       # not contiguous
+        shifted = torch.empty(x.numel() + 1)[1:].view_as(x).copy_(x)
+        assert fast(shifted, weight) is None                                 # 4-byte aligned only
+        assert fast(x, nn.Parameter(weight.detach().clone())) is None        # another weight tensor
+    assert fast(x.requires_grad_(), weight) is None                          # autograd
+    x.requires_grad_(False)
+    fast_glue.stream["handle"] = 9
+    assert fast(x, weight) is None                                           # another stream
+    fast_glue.stream["handle"] = 7
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert fast(x, weight) is None                                           # CUDA-graph capture
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    fast_glue.launcher.is_valid = False
+    assert fast(x, weight) is None                                           # prepared weight dropped
+    fast_glue.launcher.is_valid = True
+    calls = len(fast_glue.launcher.calls)
+    with torch.no_grad():
+        assert fast(x, weight) is not None
+        weight.mul_(2)                                                       # an in-place change
+        assert fast(x, weight) is None
+        fast = gpu.fast_call(x, weight, 1, 1, "megakernel", "3xtf32")
+        assert fast(x, weight) is not None
+        gpu.weights_changed()                                                # a change torch cannot see
+        assert fast(x, weight) is None
+    assert len(fast_glue.launcher.calls) == calls + 2
+
+
+def test_fast_call_is_not_made_where_the_full_path_must_run(rng, fast_glue):
+    x, weight = randn(rng, 1, 4, 8, 8), randn(rng, 4, 4, 3, 3)
+    fast_glue.launcher = None                       # the plan has no launcher for this call
+    with torch.no_grad():
+        run_gpu(x, weight, algo="megakernel")
+        assert gpu.fast_call(x, weight, 1, 1, "megakernel", "3xtf32") is None
+        fast_glue.launcher = FakeLauncher(weight, {})
+        assert gpu.fast_call(x, weight, 1, 1, "megakernel", "3xtf32") is not None
+        # An input that run_gpu copies into its layout (the weight is channels_last) is not taken.
+        cl_weight = weight.contiguous(memory_format=torch.channels_last)
+        run_gpu(x, cl_weight, algo="megakernel")
+        assert gpu.fast_call(x, cl_weight, 1, 1, "megakernel", "3xtf32") is None
+    with torch.inference_mode():                    # inference tensors carry no version: no token
+        w_inf = randn(rng, 4, 4, 3, 3)
+        run_gpu(x, w_inf, algo="megakernel")
+        assert gpu.fast_call(x, w_inf, 1, 1, "megakernel", "3xtf32") is None
+
+
+def test_copied_and_pickled_layers_make_their_own_fast_calls():
+    import copy
+    import pickle
+    fast = gpu.FastCall.__new__(gpu.FastCall)
+    assert copy.deepcopy({"k": fast}) == {"k": None}
+    assert pickle.loads(pickle.dumps({"k": fast})) == {"k": None}

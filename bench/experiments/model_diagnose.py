@@ -7,6 +7,9 @@ issued to an idle GPU, and as a CUDA-graph replay (GPU time only, no host cost);
 megawino took is handed back to PyTorch one at a time and the model is timed again (eager and
 graph), which gives every converted layer's gain inside the model.
 
+``--part floor``: the float32 model with every convolution exact (float64, rounded once): the
+error of everything but the convolutions, the floor under any float32 convolution.
+
 ``--part error``: each convolution's contribution to the model's output error.  The model runs in
 float64 with one convolution computed in float32 by one path (cuDNN IEEE fp32, or a megawino
 algorithm), so the output's rel. L2 error against the all-float64 run is that layer's share;
@@ -82,7 +85,8 @@ def timing(args, model, inputs) -> dict:
     converted = mwt.convert(copy.deepcopy(model), example_input=inputs[0], verbose=False)
     result = {"plain": profile(model, inputs, args.reps), "converted": profile(converted, inputs, args.reps)}
     megawino_layers = [(name, m) for name, m in converted.named_modules()
-                       if isinstance(m, mwt.MegawinoConv2d) and m.megawino_algo not in (None, "pytorch")]
+                       if isinstance(m, mwt.MegawinoConv2d) and m.megawino_algo not in (None, "pytorch")
+                       and args.ablation]
     ablation = []
     for name, module in megawino_layers:
         module.__class__ = torch.nn.Conv2d          # this layer back on PyTorch
@@ -169,9 +173,35 @@ def error(args, model, inputs) -> dict:
     return {"totals": totals, "quadrature": quadrature, "layers": rows}
 
 
+def floor(args, model, inputs) -> dict:
+    """The float32 model's error with every convolution exact (computed in float64, rounded once
+    to float32): what the model's other operations and the rounding of activations cost, the
+    least any float32 convolution can give."""
+    import torch
+    import torch.nn.functional as F
+    x = inputs[0]
+    reference = copy.deepcopy(model).double()
+    y_ref = [t.clone() for t in flat_outputs(reference(x.double()))]
+
+    def exact(mod, inp, _out):
+        y = F.conv2d(inp[0].double(), mod.weight.double(), None, mod.stride, mod.padding, mod.dilation, mod.groups)
+        if mod.bias is not None:
+            y = y + mod.bias.double().view(1, -1, 1, 1)
+        return y.float()
+    handles = [m.register_forward_hook(exact) for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    exact_convs = rel_l2(flat_outputs(model(x)), y_ref)
+    for handle in handles:
+        handle.remove()
+    result = {"pytorch_fp32": rel_l2(flat_outputs(model(x)), y_ref), "exact_convolutions": exact_convs}
+    print({k: f"{v:.3e}" for k, v in result.items()})
+    return result
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("timing", "error"), required=True)
+    ap.add_argument("--part", choices=("timing", "error", "floor"), required=True)
+    ap.add_argument("--no-ablation", dest="ablation", action="store_false",
+                    help="timing: skip handing each megawino layer back to PyTorch")
     ap.add_argument("--model", default="densenet161", choices=sorted(MODELS))
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--resolution", type=int, help="input size (default: the model's)")
@@ -189,7 +219,7 @@ def main(argv=None):
     torch.backends.cudnn.benchmark = True
     set_fp32_precision("ieee")
     with torch.inference_mode():
-        result = (timing if args.part == "timing" else error)(args, model, inputs)
+        result = {"timing": timing, "error": error, "floor": floor}[args.part](args, model, inputs)
     result.update(model=args.model, batch=args.batch, resolution=resolution)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -220,7 +220,8 @@ def vector_x(spec: LayerSpec, x_ptr: int) -> bool:
             and spec.padding == 0 and (spec.out_h * spec.out_w) % 4 == 0 and x_ptr % 16 == 0)
 
 
-def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
+def launch_args(cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> tuple[tuple, tuple, tuple]:
+    """(grid, block, arguments) of the direct kernel's launch."""
     M = spec.N * spec.out_h * spec.out_w
     crs = spec.C * spec.R * spec.S
     grid = (-(-M // cfg.BM), -(-spec.K // cfg.BN), 1)
@@ -228,7 +229,11 @@ def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
               "K": spec.K, "R": spec.R, "S": spec.S, "OH": spec.out_h, "OW": spec.out_w, "M": M,
               "stride": spec.stride, "pad": spec.padding, "ktiles": -(-crs // cfg.BK),
               "ldw": wt.shape[1], "vec_x": vector_x(spec, int(x.data.ptr))}
-    kern(grid, (cfg.threads, 1, 1), kernel_args(values))
+    return grid, (cfg.threads, 1, 1), kernel_args(values)
+
+
+def launch(kern, cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> None:
+    kern(*launch_args(cfg, spec, x, wt, table, y))
 
 
 def kernel_args(values: dict) -> tuple:

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.abi import DIRECT_KERNEL_ARGS
 from ..gpu import weights, workspace
+from ..gpu.launch import KernelLaunch, Launcher
 from ..gpu.nvrtc import cupy_module
 from ..gpu.call_checks import prepare_call, require_gpu
 from ..core.spec import LayerSpec
 from ..core.tasks import round_up
 from . import config as config_mod
-from .kernel import _device_table, check_spec, compile_kernel, launch
+from .kernel import _device_table, check_spec, compile_kernel, launch, launch_args
 from .model import heuristic_config
+
+
+ARG_INDEX = {name: i for i, (name, _) in enumerate(DIRECT_KERNEL_ARGS)}
 
 
 def pack_into(dst, w, layout: str) -> None:
@@ -35,6 +40,7 @@ class KernelPlan:
 
     spec: LayerSpec
     device: int
+    evicted = False              # dropped from the runtime's plan cache
 
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
         return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
@@ -81,13 +87,27 @@ class DirectPlan(KernelPlan):
         stream = workspace.current_stream_ptr()
         capturing = workspace.is_capturing()
         self.captured = self.captured or capturing
-        key = (None if weight_token is None else
-               ("direct", self.device, weight_token, spec.layout, self.packed_shape))
-        packed = weights.prepared(key, self.packed_shape, stream, capturing,
+        packed = weights.prepared(self._packed_key(weight_token), self.packed_shape, stream, capturing,
                                   lambda dst: pack_into(dst, w, spec.layout),
                                   self._packed)
         launch(self._kernel, self.config, spec, x, packed, self._table, out)
         return out
+
+    def launcher(self, x, w, weight_token=None):
+        """A :class:`megawino.gpu.launch.Launcher` of :meth:`run` for 16-byte aligned inputs and
+        outputs of the plan's shapes on the current stream, with the weight ``w`` packed under
+        ``weight_token`` (None until that is ready); ``x`` stands for every later input."""
+        entry = None if weight_token is None else weights.CACHE.lookup(self._packed_key(weight_token))
+        if entry is None or not entry.ready:
+            return None
+        grid, block, args = launch_args(self.config, self.spec, x, entry.array, self._table, np.uint64(0))
+        kernel_launch = KernelLaunch(self._kernel, grid, block, args, workspace.current_stream_ptr())
+        return Launcher([kernel_launch], [(0, ARG_INDEX["x"])], [(0, ARG_INDEX["y"])],
+                        valid=lambda: not (self.evicted or entry.evicted), keep=(entry, self._table))
+
+    def _packed_key(self, weight_token):
+        return (None if weight_token is None else
+                ("direct", self.device, weight_token, self.spec.layout, self.packed_shape))
 
     def __repr__(self) -> str:
         return (f"DirectPlan({self.spec.describe()}, {self.spec.layout}, config={self.config.key}, "

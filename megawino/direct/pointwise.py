@@ -17,6 +17,7 @@ import numpy as np
 from ..core.spec import LayerSpec
 from ..core.tasks import GEMM_TILE_COLS, K_ALIGN
 from ..gpu import weights, workspace
+from ..gpu.launch import KernelLaunch, Launcher
 from ..gpu.call_checks import require_gpu
 from ..gpu.nvrtc import BLOCK_THREADS, DEFAULT_GEMM_MATH, check_gemm_math, module
 from .plan import KernelPlan
@@ -97,30 +98,58 @@ class PointwisePlan(KernelPlan):
             self.run_pointers(x.data.ptr, w.data.ptr, out.data.ptr)
             return out
         stream = workspace.current_stream_ptr()
-        key = None if weight_token is None else ("pointwise", self.device, weight_token, self.transposed_shape)
 
         def transpose(dst):
             dst[...] = w.reshape(spec.K, spec.C).T
 
-        transposed = weights.prepared(key, self.transposed_shape, stream, capturing, transpose,
-                                      self._transposed)
+        transposed = weights.prepared(self._transposed_key(weight_token), self.transposed_shape, stream,
+                                      capturing, transpose, self._transposed)
         self._launch(x.data.ptr, transposed.data.ptr, out.data.ptr, (0, 0, 0))
         return out
 
     def run_pointers(self, x_ptr: int, w_ptr: int, out_ptr: int) -> None:
         """The NCHW launch on raw device pointers of C-contiguous, 16-byte aligned float32 tensors
-        of the plan's shapes, on CuPy's current stream: the caller has checked them (the per-call
-        path of megawino.torch, which has no CuPy arrays to give)."""
-        spec = self.spec
-        if spec.layout != "NCHW":
+        of the plan's shapes, on CuPy's current stream: the caller has checked them."""
+        if self.spec.layout != "NCHW":
             raise ValueError("run_pointers takes NCHW layers (NHWC prepares a transposed filter)")
-        hw = spec.H * spec.W
-        self._launch(w_ptr, x_ptr, out_ptr, (0, spec.C * hw, spec.K * hw))
+        self._launch(*self._operands(x_ptr, w_ptr, out_ptr, None))
+
+    def launcher(self, x, w, weight_token=None):
+        """A :class:`megawino.gpu.launch.Launcher` of :meth:`run` for inputs and outputs of the
+        plan's shapes on the current stream, with the weight ``w`` (NHWC: transposed under
+        ``weight_token``; None until that is ready); ``x`` stands for every later input."""
+        stream = workspace.current_stream_ptr()
+        entry = None
+        if self.spec.layout == "NHWC":
+            entry = weights.CACHE.lookup(self._transposed_key(weight_token)) if weight_token is not None else None
+            if entry is None or not entry.ready:
+                return None
+        a_ptr, b_ptr, out_ptr, strides = self._operands(x.data.ptr, w.data.ptr, 0, entry)
+        x_slot = 0 if self.spec.layout == "NHWC" else 1
+        launch = KernelLaunch(self._kernel, self.grid, (BLOCK_THREADS,), self._args(a_ptr, b_ptr, out_ptr, strides),
+                              stream)
+        return Launcher([launch], [(0, x_slot)], [(0, 2)],
+                        valid=lambda: not (self.evicted or (entry is not None and entry.evicted)),
+                        keep=(w, entry))
+
+    def _transposed_key(self, weight_token):
+        return None if weight_token is None else ("pointwise", self.device, weight_token, self.transposed_shape)
+
+    def _operands(self, x_ptr: int, w_ptr: int, out_ptr: int, transposed):
+        """(A, B, output, batch strides) of the GEMM: NCHW multiplies the weight by each image,
+        NHWC all pixels by the ``transposed`` filter entry."""
+        spec = self.spec
+        if spec.layout == "NCHW":
+            hw = spec.H * spec.W
+            return w_ptr, x_ptr, out_ptr, (0, spec.C * hw, spec.K * hw)
+        return x_ptr, transposed.array.data.ptr, out_ptr, (0, 0, 0)
+
+    def _args(self, a_ptr: int, b_ptr: int, out_ptr: int, batch_strides) -> tuple:
+        return (np.uint64(a_ptr), np.uint64(b_ptr), np.uint64(out_ptr), np.int32(self.rows),
+                np.int32(self.cols), np.int32(self.channels), *(np.int64(s) for s in batch_strides))
 
     def _launch(self, a_ptr: int, b_ptr: int, out_ptr: int, batch_strides) -> None:
-        self._kernel(self.grid, (BLOCK_THREADS,),
-                     (np.uint64(a_ptr), np.uint64(b_ptr), np.uint64(out_ptr), np.int32(self.rows),
-                      np.int32(self.cols), np.int32(self.channels), *(np.int64(s) for s in batch_strides)))
+        self._kernel(self.grid, (BLOCK_THREADS,), self._args(a_ptr, b_ptr, out_ptr, batch_strides))
 
     def __repr__(self) -> str:
         return (f"PointwisePlan({self.spec.describe()}, {self.spec.layout}, {self.gemm_math}, "

@@ -37,6 +37,7 @@ class Entry:
     stream: int = 0
     event: object = None
     pinned: bool = False          # read by a captured CUDA graph: never evicted
+    evicted: bool = False         # dropped from the cache (a launcher that holds it stops using it)
 
 
     def mark_ready(self, stream_ptr: int) -> None:
@@ -62,6 +63,11 @@ class WeightCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
+    def lookup(self, key) -> Entry | None:
+        """The entry for ``key``, or None."""
+        with self._lock:
+            return self._entries.get(key)
+
     def get(self, key, shape, dtype=np.float32, zero: bool = False) -> Entry:
         """The entry for ``key``, made (uninitialised, or zero-filled) when missing."""
         with self._lock:
@@ -84,11 +90,15 @@ class WeightCache:
             for old_key in [k for k, e in self._entries.items() if not e.pinned and k != key]:
                 if self._bytes <= limit:
                     break
-                self._bytes -= self._entries.pop(old_key).array.nbytes
+                old = self._entries.pop(old_key)
+                old.evicted = True
+                self._bytes -= old.array.nbytes
         return entry
 
     def clear(self) -> None:
         with self._lock:
+            for entry in self._entries.values():
+                entry.evicted = True
             self._entries.clear()
             self._bytes = 0
 

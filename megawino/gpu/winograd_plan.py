@@ -22,52 +22,18 @@ import numpy as np
 from ..core import abi, task_types
 from ..tuning import table as tuning
 from . import weights, workspace
-from ..schedule import mapping as mapping_mod
+from .launch import KernelLaunch, Launcher
+from ..schedule.mapping import resolve_order, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
                     cupy_module, module)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
-from ..core.tasks import COUNTER_STRIDE, NO_COUNTER, TaskGraph, TaskParams, TaskType
+from ..core.tasks import TaskGraph, TaskParams, TaskType
 from .call_checks import default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError
 
 
 _LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def resolve_order(graph, mapping) -> np.ndarray:
-    """None -> interleaved (default MappingParams); MappingParams -> interleaved with
-    them; "sequential" / "interleaved"; or an explicit ticket order (validated)."""
-    if mapping is None or (isinstance(mapping, str) and mapping == "interleaved"):
-        return mapping_mod.build_interleaved(graph, mapping_mod.MappingParams()).order
-    if isinstance(mapping, mapping_mod.MappingParams):
-        return mapping_mod.build_interleaved(graph, mapping).order
-    if isinstance(mapping, str):
-        if mapping == "sequential":
-            return mapping_mod.sequential_mapping(graph)
-        raise ValueError(f"mapping must be None, 'interleaved', 'sequential', MappingParams "
-                         f"or a ticket order, got {mapping!r}")
-    if isinstance(mapping, mapping_mod.Mapping):
-        mapping = mapping.order
-    order = np.asarray(mapping.get() if hasattr(mapping, "get") else mapping)
-    if order.dtype.kind not in "iu":
-        raise mapping_mod.MappingError(f"a mapping holds integer task ids, got dtype {order.dtype}")
-    mapping_mod.validate_mapping(graph, order)
-    return order.astype(np.int32)
-
-
-def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph, np.ndarray]:
-    """The graph and ticket order once U is ready: the filter tasks (the first ids) are gone,
-    the GEMMs no longer wait for them, and the remaining tickets keep their relative order."""
-    n_f = graph.layout.num_filter_tasks
-    kept_graph = TaskGraph(graph.layout, np.array(graph.records[n_f:], dtype=np.int32))   # a copy
-    records = kept_graph.typed_records
-    gemm = records["type"] == int(TaskType.GEMM)
-    records["wait_a"][gemm] = NO_COUNTER
-    records["need_a"][gemm] = 0
-    order = np.asarray(order)
-    kept = order[order >= n_f] - n_f
-    return kept_graph, kept.astype(np.int32)
 
 
 class _Variant:
@@ -85,46 +51,10 @@ class _Variant:
         return self.graph.describe_task(task) if 0 <= task < self.num_tasks else f"task {task}"
 
 
-class _Workspace:
-    """Scratch of one plan on one stream: V, M, an own U, counters, state, parameter blocks."""
-
-    def __init__(self, plan: "Plan", capturing: bool):
-        lay = plan.task_layout
-        self.pinned = plan.pinned
-        self.created_in_capture = capturing
-        self.U = workspace.alloc(lay.u_shape, np.float32)
-        self.V = workspace.alloc(lay.v_shape, np.float32)
-        self.M = workspace.alloc(lay.m_shape, np.float32)
-        self.counters = workspace.alloc((lay.num_counters * COUNTER_STRIDE,), np.uint32)
-        self.state = workspace.alloc((abi.STATE_WORDS,), np.int32)
-        self.trace = (workspace.alloc((plan.graph.num_tasks, len(abi.TRACE_FIELDS)), np.int64)
-                      if plan.traced else None)
-        self._params = {}
-        self.initialize()
-
-    def initialize(self) -> None:
-        """Counters and state to their launch-ready values, on the current stream."""
-        workspace.memset(self.counters, 0)
-        workspace.memset(self.state, 0)
-        workspace.memset(self.state, 0xFF, abi.state_offset("BREAK"), 1)     # BREAK = -1: none
-        if self.trace is not None:
-            workspace.memset(self.trace, 0)
-        for values, device in self._params.values():
-            self.pinned.upload(device, values)
-
-    def params(self, plan: "Plan", variant: _Variant, U):
-        key = (id(variant), U.data.ptr)
-        found = self._params.get(key)
-        if found is None:
-            values = plan.param_values(self, variant, U)
-            device = workspace.alloc(values.shape, values.dtype)
-            self.pinned.upload(device, values)
-            found = self._params[key] = (values, device)
-        return found[1]
-
-
 class Plan:
     """One Winograd layer shape on the GPU.  ``plan(x, w)`` runs it (asynchronously)."""
+
+    evicted = False              # dropped from the runtime's plan cache
 
     def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
                  algo: str = "megakernel", timeout_s: float | None = None, trace: bool = False,
@@ -182,7 +112,7 @@ class Plan:
         params_bytes = len(abi.PARAM_FIELDS) * 8
         self.pinned = workspace.PinnedArena(64 * params_bytes)
         self._status = workspace.StatusRing() if algo == "megakernel" else None
-        self._workspaces: dict[int, _Workspace] = {}
+        self._workspaces: dict[int, workspace.PlanWorkspace] = {}
         self.captured = False          # a CUDA graph holds its workspaces: never evicted
         self._lock = threading.RLock()
         # Task ids of one type are contiguous: (first id, count) per type.
@@ -195,15 +125,15 @@ class Plan:
         _LIVE_PLANS.add(self)
 
     # ---- buffers -------------------------------------------------------
-    def workspace(self) -> _Workspace:
+    def workspace(self) -> workspace.PlanWorkspace:
         """The current stream's workspace (made on first use)."""
         return self._workspace(workspace.current_stream_ptr(), workspace.is_capturing())
 
-    def _workspace(self, stream: int, capturing: bool) -> _Workspace:
+    def _workspace(self, stream: int, capturing: bool) -> workspace.PlanWorkspace:
         with self._lock:
             ws = self._workspaces.get(stream)
             if ws is None:
-                ws = self._workspaces[stream] = _Workspace(self, capturing)
+                ws = self._workspaces[stream] = workspace.PlanWorkspace(self, capturing)
             elif ws.created_in_capture and not capturing:
                 ws.initialize()               # its first initialisation only runs in replays
                 ws.created_in_capture = False
@@ -221,7 +151,7 @@ class Plan:
     def M(self):
         return self.workspace().M
 
-    def param_values(self, ws: _Workspace, variant: _Variant, U) -> np.ndarray:
+    def param_values(self, ws: workspace.PlanWorkspace, variant: _Variant, U) -> np.ndarray:
         spec, lay, par = self.spec, self.task_layout, self.params
         values = {
             "U": U.data.ptr, "V": ws.V.data.ptr, "Mbuf": ws.M.data.ptr,
@@ -266,8 +196,7 @@ class Plan:
             if weight_token is None:
                 U, prepared = ws.U, False
             else:
-                entry = weights.CACHE.get(("winograd", self.device, weight_token, self.task_layout.u_shape),
-                                          self.task_layout.u_shape)
+                entry = weights.CACHE.get(self._weight_key(weight_token), self.task_layout.u_shape)
                 U, prepared = entry.array, entry.ready and not capturing
                 entry.pinned = entry.pinned or capturing
                 if prepared:
@@ -286,19 +215,80 @@ class Plan:
                     raise
             else:
                 arrays = {"w": w, "x": x, "y": out}
-                for kind in task_types.registered():
-                    if kind.on_device and not (prepared and kind.code == TaskType.FILTER):
-                        self._launch(pbuf, kind.code, arrays.get(kind.kernel_array))
+                for kind in self._stages(prepared):
+                    self._launch(pbuf, kind.code, arrays.get(kind.kernel_array))
             if entry is not None and not entry.ready and not capturing:
                 entry.mark_ready(stream)
         return out
 
-    def _launch(self, pbuf, task_type: int, array=None) -> None:
+    def launcher(self, x, w, weight_token=None):
+        """A :class:`megawino.gpu.launch.Launcher` of :meth:`run` (``check=True``) for inputs and
+        outputs of the plan's shapes on the current stream, with the weight ``w`` transformed under
+        ``weight_token`` (None until that is ready); ``x`` stands for every later input."""
+        entry = None if weight_token is None else weights.CACHE.lookup(self._weight_key(weight_token))
+        if entry is None or not entry.ready or workspace.is_capturing():
+            return None
+        stream = workspace.current_stream_ptr()
+        with self._lock:
+            ws = self._workspace(stream, False)
+            variant = self._prepared if self.algo == "megakernel" else self._full
+            pbuf = ws.params(self, variant, entry.array)
+        entry.wait_on(stream)
+
+        def valid():
+            return not (self.evicted or entry.evicted)
+        keep = (ws, pbuf, entry, w)
+        if self.algo == "megakernel":
+            grid = max(1, min(variant.num_tasks, self.workers))
+            args = (pbuf, x, w, np.uint64(0), np.uint64(0))   # the output and status slot: per call
+
+            def claim(launches):
+                self._raise_reports(done_only=True)
+                report = self._status.claim(id(ws), False, variant.describe)
+                launches[0].set(len(args) - 1, report)
+                return report
+
+            def release(report, launched):
+                if not launched:
+                    self._status.abandon(report)
+            mega = KernelLaunch(self._mega, (grid,), (BLOCK_THREADS,), args, stream)
+            return Launcher([mega], [(0, 1)], [(0, 3)], before=claim, after=release, valid=valid,
+                            lock=self._lock, keep=keep)
+        launches, x_slots, out_slots = [], [], []
+        arrays = {"w": w, "x": x, "y": np.uint64(0)}
+        for kind in self._stages(prepared=True):
+            args = self._stage_args(pbuf, kind.code, arrays.get(kind.kernel_array))
+            if args is None:
+                continue
+            slots = {"x": x_slots, "y": out_slots}.get(kind.kernel_array)
+            if slots is not None:
+                slots.append((len(launches), 1))
+            launches.append(KernelLaunch(self._kernels[kind.code], (self._type_range[kind.code][1],),
+                                         (BLOCK_THREADS,), args, stream))
+        return Launcher(launches, x_slots, out_slots, valid=valid, keep=keep)
+
+    def _weight_key(self, weight_token):
+        return ("winograd", self.device, weight_token, self.task_layout.u_shape)
+
+    @staticmethod
+    def _stages(prepared: bool):
+        """The task types the non-fused path launches, in order (the filter stage skipped when
+        U is prepared)."""
+        return [kind for kind in task_types.registered()
+                if kind.on_device and not (prepared and kind.code == TaskType.FILTER)]
+
+    def _stage_args(self, pbuf, task_type: int, array=None):
+        """The arguments of one non-fused stage's kernel, or None when it has no tasks."""
         first, count = self._type_range[int(task_type)]
-        if count:
-            takes_array = task_types.info(task_type).kernel_array is not None
-            args = (pbuf,) + ((array,) if takes_array else ()) + (np.int32(first),)
-            self._kernels[int(task_type)]((count,), (BLOCK_THREADS,), args)
+        if not count:
+            return None
+        takes_array = task_types.info(task_type).kernel_array is not None
+        return (pbuf,) + ((array,) if takes_array else ()) + (np.int32(first),)
+
+    def _launch(self, pbuf, task_type: int, array=None) -> None:
+        args = self._stage_args(pbuf, task_type, array)
+        if args is not None:
+            self._kernels[int(task_type)]((self._type_range[int(task_type)][1],), (BLOCK_THREADS,), args)
 
     def launch_stage(self, task_type: TaskType, array=None) -> None:
         """Non-fused path: launch one stage's kernel (one block per task) on the current

@@ -6,6 +6,7 @@
 * :class:`PinnedArena`: host data reaches the device through pinned staging memory, taken
   before any capture, and an asynchronous copy on the current stream (neither a pageable copy
   nor a pinned allocation is allowed under capture; a captured graph replays the copy).
+* :class:`PlanWorkspace`: the scratch of one Winograd plan on one stream.
 * :class:`StatusRing`: each megakernel launch writes the scheduler's status line into a pinned
   host slot of its own at its end, so the host learns which launch fired its watchdog without
   waiting and without a copy in the stream.
@@ -20,6 +21,7 @@ import threading
 import numpy as np
 
 from ..core import abi
+from ..core.tasks import COUNTER_STRIDE
 from .nvrtc import cupy_module
 
 _MEMCPY_HOST_TO_DEVICE = 1
@@ -129,6 +131,44 @@ def memset(arr, byte: int, offset_words: int = 0, words: int | None = None) -> N
     count = arr.size - offset_words if words is None else words
     cupy_module().cuda.runtime.memsetAsync(arr.data.ptr + offset_words * itemsize, byte, count * itemsize,
                                            current_stream_ptr())
+
+
+class PlanWorkspace:
+    """Scratch of one plan on one stream: V, M, an own U, counters, state, parameter blocks."""
+
+    def __init__(self, plan, capturing: bool):
+        lay = plan.task_layout
+        self.pinned = plan.pinned
+        self.created_in_capture = capturing
+        self.U = alloc(lay.u_shape, np.float32)
+        self.V = alloc(lay.v_shape, np.float32)
+        self.M = alloc(lay.m_shape, np.float32)
+        self.counters = alloc((lay.num_counters * COUNTER_STRIDE,), np.uint32)
+        self.state = alloc((abi.STATE_WORDS,), np.int32)
+        self.trace = (alloc((plan.graph.num_tasks, len(abi.TRACE_FIELDS)), np.int64)
+                      if plan.traced else None)
+        self._params = {}
+        self.initialize()
+
+    def initialize(self) -> None:
+        """Counters and state to their launch-ready values, on the current stream."""
+        memset(self.counters, 0)
+        memset(self.state, 0)
+        memset(self.state, 0xFF, abi.state_offset("BREAK"), 1)     # BREAK = -1: none
+        if self.trace is not None:
+            memset(self.trace, 0)
+        for values, device in self._params.values():
+            self.pinned.upload(device, values)
+
+    def params(self, plan, variant, U):
+        key = (id(variant), U.data.ptr)
+        found = self._params.get(key)
+        if found is None:
+            values = plan.param_values(self, variant, U)
+            device = alloc(values.shape, values.dtype)
+            self.pinned.upload(device, values)
+            found = self._params[key] = (values, device)
+        return found[1]
 
 
 class WatchdogError(RuntimeError):

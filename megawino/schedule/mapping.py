@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from ..core import task_types
-from ..core.tasks import INT32_MAX, TaskGraph, TaskType, _positive_int
+from ..core.tasks import INT32_MAX, NO_COUNTER, TaskGraph, TaskType, _positive_int
 
 
 def _non_negative(name: str, value) -> int:
@@ -231,3 +231,38 @@ def dependency_distances(graph: TaskGraph, order) -> np.ndarray:
         d = ticket_of[w] - last_parent[wait[w]]
         dist[w] = np.where(dist[w] < 0, d, np.minimum(dist[w], d))
     return dist
+
+
+def resolve_order(graph, mapping) -> np.ndarray:
+    """None -> interleaved (default MappingParams); MappingParams -> interleaved with
+    them; "sequential" / "interleaved"; or an explicit ticket order (validated)."""
+    if mapping is None or (isinstance(mapping, str) and mapping == "interleaved"):
+        return build_interleaved(graph, MappingParams()).order
+    if isinstance(mapping, MappingParams):
+        return build_interleaved(graph, mapping).order
+    if isinstance(mapping, str):
+        if mapping == "sequential":
+            return sequential_mapping(graph)
+        raise ValueError(f"mapping must be None, 'interleaved', 'sequential', MappingParams "
+                         f"or a ticket order, got {mapping!r}")
+    if isinstance(mapping, Mapping):
+        mapping = mapping.order
+    order = np.asarray(mapping.get() if hasattr(mapping, "get") else mapping)
+    if order.dtype.kind not in "iu":
+        raise MappingError(f"a mapping holds integer task ids, got dtype {order.dtype}")
+    validate_mapping(graph, order)
+    return order.astype(np.int32)
+
+
+def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph, np.ndarray]:
+    """The graph and ticket order once U is ready: the filter tasks (the first ids) are gone,
+    the GEMMs no longer wait for them, and the remaining tickets keep their relative order."""
+    n_f = graph.layout.num_filter_tasks
+    kept_graph = TaskGraph(graph.layout, np.array(graph.records[n_f:], dtype=np.int32))   # a copy
+    records = kept_graph.typed_records
+    gemm = records["type"] == int(TaskType.GEMM)
+    records["wait_a"][gemm] = NO_COUNTER
+    records["need_a"][gemm] = 0
+    order = np.asarray(order)
+    kept = order[order >= n_f] - n_f
+    return kept_graph, kept.astype(np.int32)

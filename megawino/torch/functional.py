@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
-from .gpu import MEGAWINO_ALGOS, run_gpu, weight_token, weights_changed
+from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
            "BACKENDS", "ALGOS", "ALGO_DESCRIPTIONS"]
@@ -122,11 +122,6 @@ def _resolve_backend(backend: str, device: torch.device) -> str:
                      f"{'CPU' if backend == 'cpu' else 'CUDA'} tensors")
 
 
-def _channels_last(t: torch.Tensor) -> bool:
-    """True when ``t`` is laid out channels_last and not also plainly contiguous (torch's rule)."""
-    return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
-
-
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -170,7 +165,7 @@ def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, 
     unbatched = input.dim() == 3
     x = input.unsqueeze(0) if unbatched else input
     # torch's rule: channels_last output when the input or the weight is channels_last.
-    channels_last = _channels_last(x) or _channels_last(weight)
+    channels_last = is_channels_last(x) or is_channels_last(weight)
     run = _run_cpu if device == "cpu" else run_gpu
     out, ran = run(x, weight, args.stride, args.padding, channels_last, algo, gemm_math)
     if bias is not None:

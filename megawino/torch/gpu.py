@@ -3,8 +3,8 @@
 
 * per-layer choice (``algo="auto"``): the runtime's fastest megawino path for the shape against
   PyTorch's cuDNN convolution in IEEE fp32, measured once per shape and GPU;
-* weight tokens: the runtime reuses a prepared (transformed or packed) filter while the
-  weight's token is unchanged;
+* weight tokens (:mod:`megawino.torch.weight_tokens`): the runtime reuses a prepared
+  (transformed or packed) filter while the weight's token is unchanged;
 * the runtime's workspaces come from torch's caching allocator (CUDA-graph pools included).
 
 Nothing here imports CuPy or touches CUDA at import time.
@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
-import weakref
+import threading
 from typing import NamedTuple
 
 import torch
@@ -23,76 +22,16 @@ import torch.nn.functional as F
 from ..runtime import ALGOS as MEGAWINO_ALGOS, candidate_algos as megawino_candidates
 from ..core.resources import source_hash
 from ..core.spec import LayerSpec
+from .weight_tokens import generation, tracked, weight_token, weights_changed
 
-__all__ = ["run_gpu", "candidate_algos", "weight_token", "weights_changed", "runtime_views",
-           "MEGAWINO_ALGOS"]
+__all__ = ["run_gpu", "fast_call", "FastCall", "current_stream_handle", "candidate_algos", "weight_token", "weights_changed",
+           "runtime_views", "is_channels_last", "MEGAWINO_ALGOS"]
 
 # algo="auto" keeps a megawino path only where PyTorch's measured time is at least this factor
 # of megawino's: a burst of calls of one layer leaves out the host time a converted layer adds
 # to a whole forward, which decides host-bound models.
 ENV_CHOICE_MARGIN = "MEGAWINO_CHOICE_MARGIN"
 DEFAULT_CHOICE_MARGIN = 1.15
-
-
-# ---------------------------------------------------------------------------
-# Weight tokens: the runtime reuses a transformed filter while its token is unchanged
-# ---------------------------------------------------------------------------
-
-_SERIALS = itertools.count()
-_generation = 0
-
-
-class _Tracked:
-    """What megawino.torch keeps about a weight tensor while it lives: a serial no other tensor
-    shares, and its CuPy views per stream with the token they were made under."""
-
-    __slots__ = ("ref", "serial", "token", "views")
-
-
-# id(tensor) -> _Tracked.  Kept here, not as tensor attributes, which deepcopy and pickling
-# would copy onto other tensors.
-_TRACKED: dict = {}
-
-
-def _forget(key: int):
-    def callback(ref):
-        entry = _TRACKED.get(key)
-        if entry is not None and entry.ref is ref:
-            del _TRACKED[key]
-    return callback
-
-
-def _tracked(tensor: torch.Tensor) -> _Tracked:
-    key = id(tensor)
-    entry = _TRACKED.get(key)
-    if entry is None or entry.ref() is not tensor:
-        entry = _Tracked()
-        entry.ref = weakref.ref(tensor, _forget(key))
-        entry.serial, entry.token, entry.views = next(_SERIALS), None, {}
-        _TRACKED[key] = entry
-    return entry
-
-
-def weights_changed() -> None:
-    """Invalidate every cached transformed filter: call this after changing weights in a way
-    PyTorch's version counter does not see (writes through ``tensor.data``)."""
-    global _generation
-    _generation += 1
-
-
-def weight_token(weight: torch.Tensor):
-    """Hashable identity of ``weight``'s current contents, or None where it cannot be known.
-
-    A per-object serial (a new tensor at a reused address gets a new token), the address,
-    PyTorch's version counter (bumped by every in-place write, load_state_dict included),
-    shape, device and the :func:`weights_changed` generation.  The runtime keys prepared
-    weights by token, path and layout, so one token serves every algorithm."""
-    try:
-        version = weight._version
-    except RuntimeError:          # inference tensors carry no version counter: never cache
-        return None
-    return (_tracked(weight).serial, weight.data_ptr(), version, tuple(weight.shape),
-            weight.device.index, _generation)
 
 
 # ---------------------------------------------------------------------------
@@ -178,6 +117,11 @@ def _layer(key) -> _Layer:
     return layer
 
 
+def is_channels_last(t: torch.Tensor) -> bool:
+    """True when ``t`` is laid out channels_last and not also plainly contiguous (torch's rule)."""
+    return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
 def runtime_views(x, out, channels_last: bool):
     """Input and output as the runtime reads and writes them: for channels_last the NHWC views
     (contiguous in memory), else the tensors themselves."""
@@ -199,7 +143,7 @@ def _weight_view(cupy, weight: torch.Tensor, token, device: int, stream: int):
     """The [K][C][R][S]-contiguous weight as a CuPy array, made once per weight token and stream
     (a channels_last weight is copied once, and on the stream that reads the copy).  Views made
     during CUDA-graph capture are not kept: a copy made there is only written by replays."""
-    entry = _tracked(weight)
+    entry = tracked(weight)
     if token is not None and entry.token == token and stream in entry.views:
         return entry.views[stream]
     view = _cupy_view(cupy, weight.detach().contiguous(), device)
@@ -226,10 +170,7 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
     x = x.contiguous(memory_format=memory_format)
     dev = x.device.index
     torch_stream = torch.cuda.current_stream(x.device)
-    stream = _STREAMS.get((torch_stream.cuda_stream, dev))
-    if stream is None:
-        stream = _STREAMS[(torch_stream.cuda_stream, dev)] = cupy.cuda.ExternalStream(
-            torch_stream.cuda_stream, dev)
+    stream = _cupy_stream(cupy, torch_stream.cuda_stream, dev)
 
     def run(name: str) -> torch.Tensor:
         if name == "pytorch":
@@ -266,6 +207,129 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
                 if not torch.cuda.is_current_stream_capturing():
                     _CHOICES[(key, dev)] = algo
         return run(algo), algo
+
+
+def _cupy_stream(cupy, handle: int, dev: int):
+    """CuPy's view of torch's stream ``handle`` on device ``dev``."""
+    stream = _STREAMS.get((handle, dev))
+    if stream is None:
+        stream = _STREAMS[(handle, dev)] = cupy.cuda.ExternalStream(handle, dev)
+    return stream
+
+
+# ---------------------------------------------------------------------------
+# The later calls of a converted layer
+# ---------------------------------------------------------------------------
+
+def _raw_stream_getter():
+    """``device index -> torch's current stream handle`` at the lowest host cost torch offers."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+_RAW_STREAM = _raw_stream_getter()
+
+
+def current_stream_handle(x) -> int | None:
+    """torch's current stream handle on ``x``'s CUDA device (None for other tensors)."""
+    return _RAW_STREAM(x.get_device()) if x.is_cuda else None
+
+
+_THREADS = threading.local()       # .devices: the devices whose context this thread has made current
+
+
+class FastCall:
+    """The later calls of one converted layer while nothing differs from the full call it was
+    made after: input shape, layout, dtype and alignment, device, torch's stream, the weight (its
+    token) and no autograd or CUDA-graph capture.  It allocates the output and launches the
+    plan's kernels on the tensors' pointers (megawino.gpu.launch); ``__call__`` returns None where
+    anything differs, and the caller takes the full path."""
+
+    __slots__ = ("shape", "out_shape", "memory_format", "channels_last", "device", "index", "stream",
+                 "weight", "weight_ptr", "weight_version", "generation", "launcher", "algo", "_stream_of")
+
+    def __init__(self, x, weight, token, out_shape, channels_last: bool, stream: int, launcher, algo: str):
+        self.shape, self.out_shape = x.shape, tuple(out_shape)
+        self.channels_last = channels_last
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.device, self.index, self.stream = x.device, x.device.index, stream
+        self.weight, self.weight_ptr, self.weight_version = weight, weight.data_ptr(), weight._version
+        self.generation = token[-1]
+        self.launcher, self.algo = launcher, algo
+        self._stream_of = _raw_stream_getter()
+
+    def __reduce__(self):
+        # A copied or pickled model makes its own launches at its first call.
+        return _nothing, ()
+
+    def matches(self, x, weight, bias=None) -> bool:
+        """Whether ``x``, ``weight`` and ``bias`` can take this call (see the class)."""
+        if x.shape != self.shape or x.device != self.device or x.dtype is not torch.float32:
+            return False
+        if weight is not self.weight or weight._version != self.weight_version \
+                or weight.data_ptr() != self.weight_ptr or generation() != self.generation:
+            return False
+        if self.channels_last:
+            if not is_channels_last(x):
+                return False
+        elif not x.is_contiguous():
+            return False
+        if x.data_ptr() % 16 or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
+                bias is not None and bias.requires_grad))):
+            return False
+        return (self._stream_of(self.index) == self.stream and torch.cuda.current_device() == self.index
+                and not torch.cuda.is_current_stream_capturing() and self.launcher.valid())
+
+    def __call__(self, x, weight, bias=None):
+        """The convolution of ``x`` and ``weight`` (bias not added), or None."""
+        if not self.matches(x, weight, bias):
+            return None
+        devices = getattr(_THREADS, "devices", None)
+        if devices is None:
+            devices = _THREADS.devices = set()
+        if self.index not in devices:          # the driver launch needs the device's context current
+            cupy, _ = _gpu()
+            cupy.cuda.runtime.setDevice(self.index)
+            devices.add(self.index)
+        out = torch.empty(self.out_shape, dtype=torch.float32, device=self.device,
+                          memory_format=self.memory_format)
+        self.launcher.launch(x.data_ptr(), out.data_ptr())
+        return out
+
+
+def _nothing():
+    return None
+
+
+def fast_call(x, weight, stride: int, padding: int, algo: str, gemm_math: str) -> FastCall | None:
+    """A :class:`FastCall` for the next calls like the one that just ran ``algo`` on ``x`` and
+    ``weight`` (4-D CUDA tensors), or None where the full path must run them: PyTorch's
+    algorithm, a weight without a token, an input not already in its layout or not 16-byte
+    aligned, capture, or a plan whose prepared weight is not ready."""
+    if algo not in MEGAWINO_ALGOS or x.dim() != 4 or x.data_ptr() % 16 \
+            or torch.cuda.is_current_stream_capturing():
+        return None
+    channels_last = is_channels_last(x) or is_channels_last(weight)
+    if channels_last != is_channels_last(x) or not (channels_last or x.is_contiguous()):
+        return None
+    token = weight_token(weight)
+    n, c, h, w = x.shape
+    k, _, r, s = weight.shape
+    layer = _LAYERS.get((n, c, k, h, w, r, s, stride, padding, "NHWC" if channels_last else "NCHW", gemm_math))
+    dev = x.device.index
+    if token is None or layer is None or (algo, dev) not in layer.checked:
+        return None
+    cupy, runtime = _gpu()
+    handle = torch.cuda.current_stream(x.device).cuda_stream
+    with cupy.cuda.Device(dev), _cupy_stream(cupy, handle, dev):
+        plan = runtime.cached_plan(layer.spec, algo, gemm_math, dev)
+        x_view = x.permute(0, 2, 3, 1) if channels_last else x
+        launcher = plan.launcher(_cupy_view(cupy, x_view, dev), _weight_view(cupy, weight, token, dev, handle),
+                                 token)
+    if launcher is None:
+        return None
+    out_shape = (n, k, layer.spec.out_h, layer.spec.out_w)
+    return FastCall(x, weight, token, out_shape, channels_last, handle, launcher, algo)
 
 
 def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:

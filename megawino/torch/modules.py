@@ -15,7 +15,12 @@ from torch import nn
 
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
-from .gpu import convolutions_are_ieee, ieee_fp32_convolutions
+from .gpu import (MEGAWINO_ALGOS, convolutions_are_ieee, current_stream_handle, fast_call,
+                  ieee_fp32_convolutions)
+
+# (input shape, stream) pairs a converted layer keeps a FastCall for (a model calls a layer
+# with one or two).
+MAX_FAST_CALLS = 8
 
 __all__ = ["MegawinoConv2d", "convert", "report", "unsupported_reason", "ConvertReport", "LayerRow"]
 
@@ -70,8 +75,20 @@ class MegawinoConv2d(nn.Conv2d):
         self.megawino_gemm_math = gemm_math
         self.megawino_algo: str | None = None
         self.megawino_input_shape: tuple[int, ...] | None = None
+        self.__dict__["_megawino_fast"] = {}     # (input shape, stream) -> gpu.FastCall (or None)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        # A layer whose later calls can repeat an earlier call's launches goes straight there.
+        fasts = self.__dict__.get("_megawino_fast")
+        if fasts is None:                     # a module converted by an earlier megawino
+            fasts = self.__dict__["_megawino_fast"] = {}
+        fast = fasts.get((input.shape, current_stream_handle(input))) if fasts else None
+        if fast is not None:
+            out = fast(input, self.weight, self.bias)
+            if out is not None:
+                if self.bias is not None:
+                    out.add_(self.bias.view(1, -1, 1, 1))
+                return out
         # A layer whose measured choice is PyTorch goes straight there: at batch 1 the host
         # time of the checks would otherwise cost more than the convolution.
         signature = (input.shape, input.device, input.dtype, input.is_contiguous(), input.requires_grad,
@@ -88,6 +105,12 @@ class MegawinoConv2d(nn.Conv2d):
         if algo != self.megawino_algo or shape != self.megawino_input_shape:   # nn.Module's setattr is slow
             self.megawino_algo, self.megawino_input_shape = algo, shape
         self.__dict__["_megawino_pytorch_signature"] = signature if algo == "pytorch" else None
+        if algo in MEGAWINO_ALGOS and input.is_cuda:
+            if len(fasts) >= MAX_FAST_CALLS:
+                fasts.clear()
+            args = conv_arguments(self.kernel_size, self.stride, self.padding, self.dilation, self.groups)
+            fasts[(input.shape, current_stream_handle(input))] = fast_call(input, self.weight, args.stride, args.padding, algo,
+                                           self.megawino_gemm_math)
         return out
 
     def extra_repr(self) -> str:
