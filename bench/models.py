@@ -173,7 +173,7 @@ def host_overhead(calls: int) -> list[dict]:
     for r, algos in ((3, ("megakernel", "nonfused", "direct")), (1, ("pointwise",))):
         plain = torch.nn.Conv2d(c, k, r, padding=r // 2, bias=False).cuda().eval()
         variants[f"nn.Conv2d {r}x{r} (PyTorch)"] = lambda plain=plain: plain(x)
-        for algo in algos:
+        for algo in algos + (("pytorch",) if r == 3 else ()):
             layer = mwt.MegawinoConv2d(c, k, r, padding=r // 2, bias=False, algo=algo).cuda().eval()
             variants[f"MegawinoConv2d {r}x{r} algo={algo}"] = lambda layer=layer: layer(x)
     rows = []

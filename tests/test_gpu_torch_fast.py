@@ -150,7 +150,7 @@ def test_a_fired_watchdog_surfaces_through_fast_calls(gen, fast_calls, monkeypat
 
 def test_threads_on_two_streams_give_the_single_stream_bits(gen, fast_calls):
     layers = [converted(algo, c, k, r, stride, padding) for algo, (_, c, k, _, _), r, stride, padding in CASES]
-    inputs = [randn(gen, *shape) for _, shape, _, _, _ in CASES]
+    inputs = [randn(gen, n, c, h, w) for _, (n, c, _, h, w), _, _, _ in CASES]
     with torch.inference_mode():
         expected = [conv(x) for conv, x in zip(layers, inputs)]
     torch.cuda.synchronize()

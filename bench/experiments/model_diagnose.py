@@ -98,6 +98,21 @@ def timing(args, model, inputs) -> dict:
         print(f"  {name:40s} {row['algo']:10s} eager {row['without_eager_ms']:.3f} "
               f"graph {row['without_graph_ms']:.3f} host {row['without_host_ms']:.3f}", flush=True)
     result["converted_again"] = profile(converted, inputs, args.reps)
+    if args.profile:
+        import cProfile
+        import io
+        import pstats
+        for label, net in (("plain", model), ("converted", converted)):
+            profiler = cProfile.Profile()
+            torch.cuda.synchronize()
+            profiler.enable()
+            for _ in range(5):
+                net(inputs[0])
+            profiler.disable()
+            torch.cuda.synchronize()
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(22)
+            print(f"--- host profile, 5 forwards, {label} ---\n{text.getvalue()}")
     result["ablation"] = ablation
     for label in ("plain", "converted", "converted_again"):
         p = result[label]
@@ -200,6 +215,7 @@ def floor(args, model, inputs) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=("timing", "error", "floor"), required=True)
+    ap.add_argument("--profile", action="store_true", help="timing: cProfile of 5 forwards of each model")
     ap.add_argument("--no-ablation", dest="ablation", action="store_false",
                     help="timing: skip handing each megawino layer back to PyTorch")
     ap.add_argument("--model", default="densenet161", choices=sorted(MODELS))
