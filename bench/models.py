@@ -103,13 +103,15 @@ def bench_model(name: str, batch: int, reps: int, seed: int) -> dict:
     inputs = [torch.randn(batch, 3, resolution, resolution, device="cuda", generator=generator)
               for _ in range(INPUT_SETS)]
     torch.backends.cudnn.benchmark = True
+    # Copied outside inference_mode, as a user's model is made: a copy made inside has inference
+    # tensors for weights, whose changes PyTorch does not track (megawino re-prepares those).
+    converted = copy.deepcopy(model)
     with torch.inference_mode():
         reference_model = copy.deepcopy(model).double()
         references = [t.clone() for t in flat_outputs(reference_model(inputs[0].double()))]
         del reference_model
         free_gpu_memory()
 
-        converted = copy.deepcopy(model)
         set_fp32_precision("ieee")
         start = time.perf_counter()
         mwt.convert(converted, example_input=inputs[0], verbose=False)    # choices made here

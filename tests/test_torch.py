@@ -254,3 +254,16 @@ def test_ieee_fp32_convolutions_restores_the_setting():
 ])
 def test_candidate_algos(spec, algos):
     assert gpu.candidate_algos(spec) == algos
+
+
+def test_an_inference_weight_has_no_token_and_says_why_once(rng, monkeypatch):
+    import warnings
+    monkeypatch.setattr(weight_tokens, "_inference_warned", False)
+    with torch.inference_mode():
+        w = randn(rng, 4, 3, 3, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert weight_tokens.weight_token(w) is None
+        assert weight_tokens.weight_token(w) is None
+    assert len(caught) == 1 and "inference_mode" in str(caught[0].message)
+    assert weight_tokens.weight_token(randn(rng, 4, 3, 3, 3)) is not None

@@ -36,6 +36,14 @@ from common import set_fp32_precision  # noqa: E402
 from models import MODELS, build_model, flat_outputs, rel_l2, time_forwards  # noqa: E402
 
 
+def outside_inference_copy(model):
+    """A copy of ``model`` whose weights are ordinary tensors (a copy made under inference_mode
+    has inference tensors, which megawino cannot track and so re-prepares at every call)."""
+    import torch
+    with torch.inference_mode(False):
+        return copy.deepcopy(model)
+
+
 def host_ms(model, x, reps: int = 7) -> float:
     """Median host time of one forward issued to an idle GPU."""
     import torch
@@ -82,7 +90,7 @@ def profile(model, inputs, reps: int) -> dict:
 def timing(args, model, inputs) -> dict:
     import torch
     import megawino.torch as mwt
-    converted = mwt.convert(copy.deepcopy(model), example_input=inputs[0], verbose=False)
+    converted = mwt.convert(outside_inference_copy(model), example_input=inputs[0], verbose=False)
     result = {"plain": profile(model, inputs, args.reps), "converted": profile(converted, inputs, args.reps)}
     megawino_layers = [(name, m) for name, m in converted.named_modules()
                        if isinstance(m, mwt.MegawinoConv2d) and m.megawino_algo not in (None, "pytorch")
@@ -129,7 +137,7 @@ def error(args, model, inputs) -> dict:
     x = inputs[0]
     on_gpu = x.is_cuda
     # The CPU smoke test compares cuDNN's stand-in only: megawino's CPU executor is too slow.
-    converted = mwt.convert(copy.deepcopy(model), example_input=x, verbose=False) if on_gpu else model
+    converted = mwt.convert(outside_inference_copy(model), example_input=x, verbose=False) if on_gpu else model
     chosen = {name: (m.megawino_algo if isinstance(m, mwt.MegawinoConv2d) else "pytorch")
               for name, m in converted.named_modules() if isinstance(m, torch.nn.Conv2d)}
     reference = copy.deepcopy(model).double()
@@ -212,9 +220,47 @@ def floor(args, model, inputs) -> dict:
     return result
 
 
+def fastcalls(args, model, inputs) -> dict:
+    """For each layer megawino runs: its kept FastCalls and, for the next call, the first
+    condition that sends it to the full path (None: the fast path runs)."""
+    import torch
+    import megawino.torch as mwt
+    from megawino.torch import gpu
+    converted = mwt.convert(outside_inference_copy(model), example_input=inputs[0], verbose=False)
+    for x in inputs:
+        converted(x)
+    torch.cuda.synchronize()
+    rows = []
+    for name, m in converted.named_modules():
+        if not isinstance(m, mwt.MegawinoConv2d) or m.megawino_algo in (None, "pytorch"):
+            continue
+        fasts = m.__dict__.get("_megawino_fast")
+        row = {"layer": name, "algo": m.megawino_algo, "fasts": {str(k): type(v).__name__ for k, v in fasts.items()}}
+        captured = {}
+        hook = m.register_forward_pre_hook(lambda mod, inp: captured.setdefault("x", inp[0]))
+        converted(inputs[0])
+        hook.remove()
+        x = captured["x"]
+        fast = fasts.get((x.shape, gpu.current_stream_handle(x)))
+        if isinstance(fast, gpu.FastCall):
+            checks = {"shape": x.shape == fast.shape, "device": x.device == fast.device,
+                      "weight": m.weight is fast.weight, "version": m.weight._version == fast.weight_version,
+                      "weight_ptr": m.weight.data_ptr() == fast.weight_ptr,
+                      "generation": gpu.generation() == fast.generation,
+                      "contiguous": x.is_contiguous(), "aligned": x.data_ptr() % 16 == 0,
+                      "stream": fast._stream_of(fast.index) == fast.stream,
+                      "current_device": torch.cuda.current_device() == fast.index,
+                      "not_capturing": not torch.cuda.is_current_stream_capturing(),
+                      "valid": fast.launcher.valid()}
+            row["failing"] = [k for k, ok in checks.items() if not ok]
+        rows.append(row)
+        print(row, flush=True)
+    return {"layers": rows}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("timing", "error", "floor"), required=True)
+    ap.add_argument("--part", choices=("timing", "error", "floor", "fastcalls"), required=True)
     ap.add_argument("--profile", action="store_true", help="timing: cProfile of 5 forwards of each model")
     ap.add_argument("--no-ablation", dest="ablation", action="store_false",
                     help="timing: skip handing each megawino layer back to PyTorch")
@@ -235,7 +281,7 @@ def main(argv=None):
     torch.backends.cudnn.benchmark = True
     set_fp32_precision("ieee")
     with torch.inference_mode():
-        result = {"timing": timing, "error": error, "floor": floor}[args.part](args, model, inputs)
+        result = {"timing": timing, "error": error, "floor": floor, "fastcalls": fastcalls}[args.part](args, model, inputs)
     result.update(model=args.model, batch=args.batch, resolution=resolution)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -3,6 +3,7 @@ runtime keeps its prepared (transformed or packed) filter; a changed weight gets
 from __future__ import annotations
 
 import itertools
+import warnings
 import weakref
 
 import torch
@@ -61,9 +62,23 @@ def weight_token(weight: torch.Tensor):
     try:
         version = weight._version
     except RuntimeError:          # inference tensors carry no version counter: never cache
+        _warn_inference_weight()
         return None
     return (tracked(weight).serial, weight.data_ptr(), version, tuple(weight.shape),
             weight.device.index, _generation)
+
+
+_inference_warned = False
+
+
+def _warn_inference_weight() -> None:
+    global _inference_warned
+    if not _inference_warned:
+        _inference_warned = True
+        warnings.warn("megawino.torch: a weight is an inference tensor (made or copied under "
+                      "torch.inference_mode()), whose changes PyTorch does not track, so megawino "
+                      "prepares it again at every call; make, copy or load the model outside "
+                      "inference_mode (and run it inside) to reuse its prepared weights", stacklevel=4)
 
 
 def generation() -> int:
