@@ -1,7 +1,8 @@
 """The workload bench/sanitize.sh runs under compute-sanitizer: a few small layers with odd sizes,
 both Winograd algorithms (megakernel, nonfused), m = 2 and 4, both layouts, odd task sizes and
 both GEMM arithmetics, and the pointwise path in both layouts, each launched twice (the second launch runs on the scheduler state the
-first one reset) and checked against a float64 direct convolution.
+first one reset), then twice more through the plan's launcher (megawino.gpu.launch: prepared
+weights, argument arrays built once), and checked against a float64 direct convolution.
 
 ``python bench/sanitize_driver.py [--list]``: one line per case, ``driver: ok ...`` or
 ``driver: FAILED ...``; exit 1 if any case fails.  CuPy's memory pool is turned off, so every
@@ -59,7 +60,8 @@ def describe(case) -> str:
 
 
 def run_case(case, rng) -> float:
-    """Relative L2 error of the second of two launches against float64."""
+    """The larger relative L2 error against float64 of the second plan call and the second
+launcher call."""
     import cupy
     import megawino
     from megawino.core.task_sizes import default_params
@@ -77,9 +79,22 @@ def run_case(case, rng) -> float:
         out = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)
         plan(xd, wd, out=out, check=True)
         plan.check()                         # waits: the calls are asynchronous
-    y = out.get()
-    y = y if spec.layout == "NCHW" else y.transpose(0, 3, 1, 2)
-    return rel_l2(y, direct_conv_nchw(x, w, 1, spec.padding))
+    outputs = [out]
+    # Then the launcher's path (megawino.torch's later calls): weights prepared under a token,
+    # the kernels launched twice from argument arrays built once.
+    token = ("sanitize", describe(case))
+    plan(xd, wd, out=cupy.empty(spec.output_shape, dtype=cupy.float32), weight_token=token)
+    launcher = plan.launcher(xd, wd, token)
+    for _ in range(2):
+        outputs.append(cupy.full(spec.output_shape, np.nan, dtype=cupy.float32))
+        launcher.launch(xd.data.ptr, outputs[-1].data.ptr)
+        plan.check()
+    ref = direct_conv_nchw(x, w, 1, spec.padding)
+    errors = []
+    for out in (outputs[0], outputs[-1]):
+        y = out.get()
+        errors.append(rel_l2(y if spec.layout == "NCHW" else y.transpose(0, 3, 1, 2), ref))
+    return max(errors)
 
 
 def main(argv=None) -> int:
