@@ -309,6 +309,7 @@ def main(argv=None) -> int:
         progress.advance(task)
     console.print(results_table(rows))
     console.print(overhead_table(overhead))
+    from megawino.torch.gpu import choice_margin
     try:
         import torchvision
         torchvision_version = torchvision.__version__
@@ -317,7 +318,8 @@ def main(argv=None) -> int:
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
               "git_commit": git_commit(REPO_ROOT), "reps": args.reps, "input_sets": INPUT_SETS,
-              "quick": args.quick, "rows": rows, "host_overhead": overhead}
+              "quick": args.quick, "choice_margin": choice_margin(), "rows": rows,
+              "host_overhead": overhead}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(json_clean(record), indent=1) + "\n")

@@ -60,8 +60,8 @@ def describe(case) -> str:
 
 
 def run_case(case, rng) -> float:
-    """The larger relative L2 error against float64 of the second plan call and the second
-launcher call."""
+    """The larger relative L2 error against float64 of the second plan call and of the second
+    launcher call."""
     import cupy
     import megawino
     from megawino.core.task_sizes import default_params
