@@ -7,13 +7,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import megawino  # noqa: E402
 import megawino.torch as mwt  # noqa: E402
 from megawino import runtime  # noqa: E402
 from megawino.core.spec import LayerSpec  # noqa: E402
 from megawino.torch import functional, gpu  # noqa: E402
+from torch_support import randn, rel_l2, reference as f64  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch without CUDA")]
@@ -29,21 +29,9 @@ CASES = [
 ]
 
 
-def rel_l2(y, ref) -> float:
-    return float((y.double() - ref).norm() / ref.norm())
-
-
-def f64(x, w, b=None, stride=1, padding=0):
-    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding)
-
-
 @pytest.fixture
 def gen():
     return torch.Generator(device="cuda").manual_seed(23)
-
-
-def randn(gen, *shape):
-    return torch.randn(*shape, device="cuda", generator=gen)
 
 
 @pytest.fixture

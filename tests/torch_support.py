@@ -15,4 +15,5 @@ def reference(x, w, b=None, stride=1, padding=0):
 
 
 def randn(rng, *shape):
-    return torch.randn(*shape, generator=rng)
+    """Standard normal values on the generator's device."""
+    return torch.randn(*shape, generator=rng, device=rng.device)
