@@ -3,6 +3,7 @@ watchdog under check=False, prepared weights under weight tokens, plan-cache bou
 argument checks that must refuse before anything launches.  Marked ``gpu``."""
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 
@@ -74,11 +75,8 @@ def test_streams_and_threads_give_the_single_stream_outputs():
                 counts[index] += len(pick)
                 slowest[index] = max(slowest[index], time.monotonic() - t0)
 
-    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(hammer, range(4)))          # an exception in a thread fails the test
     megawino.synchronize()
     assert not failures, failures[:3]
     assert min(counts) > 20, (counts, slowest)     # every thread made many calls in the 10 s

@@ -1,6 +1,7 @@
 """The later calls of converted layers on the GPU (megawino.torch.gpu.FastCall: the plan's
 launches on the tensors' pointers): the full path's bits for every algorithm and layout, fresh
 results after every kind of weight change, the watchdog, and threads on two streams."""
+import concurrent.futures
 import threading
 
 import pytest
@@ -156,11 +157,8 @@ def test_threads_on_two_streams_give_the_single_stream_bits(gen, fast_calls):
                     if not torch.equal(y, ref):
                         failures.append(f"thread {index} round {round_}: {CASES[j][0]} differs")
 
-    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(hammer, range(4)))          # an exception in a thread fails the test
     megawino.synchronize()
     assert not failures, failures[:5]
     assert fast_calls["ran"] > 4 * 40 * len(CASES) // 2

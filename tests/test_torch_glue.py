@@ -219,7 +219,7 @@ def fast_glue(fake_gpu, monkeypatch):
     """The fake GPU, with torch's current device, raw stream and thread set-up stood in for."""
     stream = {"handle": 7}
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)     # CPU tensors: device index None
-    monkeypatch.setattr(gpu, "_raw_stream_getter", lambda: (lambda index: stream["handle"]))
+    monkeypatch.setattr(gpu, "_RAW_STREAM", lambda index: stream["handle"])
     fake_gpu.cupy.cuda.runtime = type("runtime", (), {"setDevice": staticmethod(lambda index: None)})
     fake_gpu.plans = []
 

@@ -97,13 +97,13 @@ class DirectPlan(KernelPlan):
         """A :class:`megawino.gpu.launch.Launcher` of :meth:`run` for 16-byte aligned inputs and
         outputs of the plan's shapes on the current stream, with the weight ``w`` packed under
         ``weight_token`` (None until that is ready); ``x`` stands for every later input."""
-        entry = None if weight_token is None else weights.CACHE.lookup(self._packed_key(weight_token))
-        if entry is None or not entry.ready:
+        entry = weights.CACHE.ready(self._packed_key(weight_token))
+        if entry is None:
             return None
         grid, block, args = launch_args(self.config, self.spec, x, entry.array, self._table, np.uint64(0))
         kernel_launch = KernelLaunch(self._kernel, grid, block, args, workspace.current_stream_ptr())
         return Launcher([kernel_launch], [(0, ARG_INDEX["x"])], [(0, ARG_INDEX["y"])],
-                        valid=lambda: not (self.evicted or entry.evicted), keep=(entry, self._table))
+                        keep=(self, entry, self._table))
 
     def _packed_key(self, weight_token):
         return (None if weight_token is None else

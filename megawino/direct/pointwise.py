@@ -118,19 +118,16 @@ class PointwisePlan(KernelPlan):
         """A :class:`megawino.gpu.launch.Launcher` of :meth:`run` for inputs and outputs of the
         plan's shapes on the current stream, with the weight ``w`` (NHWC: transposed under
         ``weight_token``; None until that is ready); ``x`` stands for every later input."""
-        stream = workspace.current_stream_ptr()
         entry = None
         if self.spec.layout == "NHWC":
-            entry = weights.CACHE.lookup(self._transposed_key(weight_token)) if weight_token is not None else None
-            if entry is None or not entry.ready:
+            entry = weights.CACHE.ready(self._transposed_key(weight_token))
+            if entry is None:
                 return None
         a_ptr, b_ptr, out_ptr, strides = self._operands(x.data.ptr, w.data.ptr, 0, entry)
         x_slot = 0 if self.spec.layout == "NHWC" else 1
         launch = KernelLaunch(self._kernel, self.grid, (BLOCK_THREADS,), self._args(a_ptr, b_ptr, out_ptr, strides),
-                              stream)
-        return Launcher([launch], [(0, x_slot)], [(0, 2)],
-                        valid=lambda: not (self.evicted or (entry is not None and entry.evicted)),
-                        keep=(w, entry))
+                              workspace.current_stream_ptr())
+        return Launcher([launch], [(0, x_slot)], [(0, 2)], keep=(self, w) + ((entry,) if entry else ()))
 
     def _transposed_key(self, weight_token):
         return None if weight_token is None else ("pointwise", self.device, weight_token, self.transposed_shape)

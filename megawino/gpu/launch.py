@@ -1,8 +1,8 @@
 """Repeated launches of one layer call: the kernels, grids and arguments fixed, the input and
 output pointers set per call.
 
-A plan's ``launcher(x, w, out, weight_token)`` (on the stream the launches will run on, outside
-CUDA-graph capture, right after a ``run`` of the same arrays) returns a :class:`Launcher`; its
+A plan's ``launcher(x, w, weight_token)`` (on the stream the launches will run on, outside
+CUDA-graph capture, after a ``run`` with that weight token) returns a :class:`Launcher`; its
 ``launch(x_ptr, out_ptr)`` costs a few microseconds of host time, because the kernels' argument
 arrays are built once and handed to ``cuLaunchKernel`` as they are, without CuPy's per-call
 argument packing.  ``megawino.torch`` uses it for the later calls of a converted layer.
@@ -56,8 +56,7 @@ class KernelLaunch:
         self._values[index].value = value
 
     def __call__(self) -> None:
-        self._launch_kernel(self._function, *self._grid, *self._block, 0, self._stream,
-                                               self._address, 0)
+        self._launch_kernel(self._function, *self._grid, *self._block, 0, self._stream, self._address, 0)
 
 
 class Launcher:
@@ -65,17 +64,21 @@ class Launcher:
     argument) pairs that take the input / output pointer.  ``before(launches)`` runs first and
     may set more arguments (its result goes to ``after(result, launched)``, which runs last);
     both run under ``lock`` (default: the launcher's own), which also keeps two threads from
-    mixing their pointers.  ``valid()`` says whether the prepared buffers the launches read
-    still exist; ``keep``: the buffers the launches read, kept alive with the launcher."""
+    mixing their pointers.  ``keep``: what the launches read (the plan, prepared weights,
+    workspaces), kept alive with the launcher; :meth:`valid` is False once a cache has dropped
+    (marked ``evicted``) any of them."""
 
-    def __init__(self, launches, x_slots, out_slots, before=None, after=None, valid=None, lock=None,
-                 keep=()):
+    def __init__(self, launches, x_slots, out_slots, before=None, after=None, lock=None, keep=()):
         self._launches = list(launches)
         self._keep = tuple(keep)
+        self._cached = [owner for owner in self._keep if hasattr(owner, "evicted")]
         self._x_slots, self._out_slots = tuple(x_slots), tuple(out_slots)
         self._before, self._after = before, after
-        self.valid = valid or (lambda: True)
         self._lock = lock if lock is not None else threading.Lock()
+
+    def valid(self) -> bool:
+        """Whether every cached object the launches read is still in its cache."""
+        return not any(owner.evicted for owner in self._cached)
 
     def launch(self, x_ptr: int, out_ptr: int) -> None:
         with self._lock:

@@ -68,6 +68,11 @@ class WeightCache:
         with self._lock:
             return self._entries.get(key)
 
+    def ready(self, key) -> Entry | None:
+        """The entry for ``key`` once a launch has written it, else None (also for key None)."""
+        entry = self.lookup(key)
+        return entry if entry is not None and entry.ready else None
+
     def get(self, key, shape, dtype=np.float32, zero: bool = False) -> Entry:
         """The entry for ``key``, made (uninitialised, or zero-filled) when missing."""
         with self._lock:

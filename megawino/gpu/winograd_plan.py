@@ -225,8 +225,8 @@ class Plan:
         """A :class:`megawino.gpu.launch.Launcher` of :meth:`run` (``check=True``) for inputs and
         outputs of the plan's shapes on the current stream, with the weight ``w`` transformed under
         ``weight_token`` (None until that is ready); ``x`` stands for every later input."""
-        entry = None if weight_token is None else weights.CACHE.lookup(self._weight_key(weight_token))
-        if entry is None or not entry.ready or workspace.is_capturing():
+        entry = weights.CACHE.ready(self._weight_key(weight_token))
+        if entry is None or workspace.is_capturing():
             return None
         stream = workspace.current_stream_ptr()
         with self._lock:
@@ -234,10 +234,7 @@ class Plan:
             variant = self._prepared if self.algo == "megakernel" else self._full
             pbuf = ws.params(self, variant, entry.array)
         entry.wait_on(stream)
-
-        def valid():
-            return not (self.evicted or entry.evicted)
-        keep = (ws, pbuf, entry, w)
+        keep = (self, ws, pbuf, entry, w)
         if self.algo == "megakernel":
             grid = max(1, min(variant.num_tasks, self.workers))
             args = (pbuf, x, w, np.uint64(0), np.uint64(0))   # the output and status slot: per call
@@ -252,20 +249,19 @@ class Plan:
                 if not launched:
                     self._status.abandon(report)
             mega = KernelLaunch(self._mega, (grid,), (BLOCK_THREADS,), args, stream)
-            return Launcher([mega], [(0, 1)], [(0, 3)], before=claim, after=release, valid=valid,
-                            lock=self._lock, keep=keep)
+            return Launcher([mega], [(0, 1)], [(0, 3)], before=claim, after=release, lock=self._lock,
+                            keep=keep)
         launches, x_slots, out_slots = [], [], []
         arrays = {"w": w, "x": x, "y": np.uint64(0)}
         for kind in self._stages(prepared=True):
-            args = self._stage_args(pbuf, kind.code, arrays.get(kind.kernel_array))
-            if args is None:
+            stage = self._stage_launch(pbuf, kind.code, arrays.get(kind.kernel_array))
+            if stage is None:
                 continue
             slots = {"x": x_slots, "y": out_slots}.get(kind.kernel_array)
             if slots is not None:
                 slots.append((len(launches), 1))
-            launches.append(KernelLaunch(self._kernels[kind.code], (self._type_range[kind.code][1],),
-                                         (BLOCK_THREADS,), args, stream))
-        return Launcher(launches, x_slots, out_slots, valid=valid, keep=keep)
+            launches.append(KernelLaunch(self._kernels[kind.code], *stage, stream))
+        return Launcher(launches, x_slots, out_slots, keep=keep)
 
     def _weight_key(self, weight_token):
         return ("winograd", self.device, weight_token, self.task_layout.u_shape)
@@ -277,18 +273,19 @@ class Plan:
         return [kind for kind in task_types.registered()
                 if kind.on_device and not (prepared and kind.code == TaskType.FILTER)]
 
-    def _stage_args(self, pbuf, task_type: int, array=None):
-        """The arguments of one non-fused stage's kernel, or None when it has no tasks."""
+    def _stage_launch(self, pbuf, task_type: int, array=None):
+        """(grid, block, arguments) of one non-fused stage's kernel (one block per task), or None
+        when it has no tasks."""
         first, count = self._type_range[int(task_type)]
         if not count:
             return None
         takes_array = task_types.info(task_type).kernel_array is not None
-        return (pbuf,) + ((array,) if takes_array else ()) + (np.int32(first),)
+        return (count,), (BLOCK_THREADS,), (pbuf,) + ((array,) if takes_array else ()) + (np.int32(first),)
 
     def _launch(self, pbuf, task_type: int, array=None) -> None:
-        args = self._stage_args(pbuf, task_type, array)
-        if args is not None:
-            self._kernels[int(task_type)]((self._type_range[int(task_type)][1],), (BLOCK_THREADS,), args)
+        stage = self._stage_launch(pbuf, task_type, array)
+        if stage is not None:
+            self._kernels[int(task_type)](*stage)
 
     def launch_stage(self, task_type: TaskType, array=None) -> None:
         """Non-fused path: launch one stage's kernel (one block per task) on the current

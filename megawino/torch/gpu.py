@@ -28,8 +28,8 @@ __all__ = ["run_gpu", "fast_call", "FastCall", "current_stream_handle", "candida
            "runtime_views", "is_channels_last", "MEGAWINO_ALGOS"]
 
 # algo="auto" keeps a megawino path only where PyTorch's measured time is at least this factor
-# of megawino's: a burst of calls of one layer leaves out the host time a converted layer adds
-# to a whole forward, which decides host-bound models.
+# of megawino's: a layer timed on its own leaves out what it costs a whole forward (host time
+# between small kernels, the bias of its tensor-core sums), so a narrow win is not taken.
 ENV_CHOICE_MARGIN = "MEGAWINO_CHOICE_MARGIN"
 DEFAULT_CHOICE_MARGIN = 1.15
 
@@ -246,24 +246,24 @@ class FastCall:
     anything differs, and the caller takes the full path."""
 
     __slots__ = ("shape", "out_shape", "memory_format", "channels_last", "device", "index", "stream",
-                 "weight", "weight_ptr", "weight_version", "generation", "launcher", "algo", "_stream_of")
+                 "weight", "weight_ptr", "weight_version", "generation", "launcher", "algo")
 
-    def __init__(self, x, weight, token, out_shape, channels_last: bool, stream: int, launcher, algo: str):
+    def __init__(self, x, weight, out_shape, channels_last: bool, stream: int, launcher, algo: str):
         self.shape, self.out_shape = x.shape, tuple(out_shape)
         self.channels_last = channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.device, self.index, self.stream = x.device, x.device.index, stream
         self.weight, self.weight_ptr, self.weight_version = weight, weight.data_ptr(), weight._version
-        self.generation = token[-1]
+        self.generation = generation()
         self.launcher, self.algo = launcher, algo
-        self._stream_of = _raw_stream_getter()
 
     def __reduce__(self):
         # A copied or pickled model makes its own launches at its first call.
         return _nothing, ()
 
-    def matches(self, x, weight, bias=None) -> bool:
-        """Whether ``x``, ``weight`` and ``bias`` can take this call (see the class)."""
+    def matches(self, x, weight, bias=None, stream: int | None = None) -> bool:
+        """Whether ``x``, ``weight`` and ``bias`` can take this call (see the class); ``stream``:
+        torch's current stream handle where the caller has it already."""
         if x.shape != self.shape or x.device != self.device or x.dtype is not torch.float32:
             return False
         if weight is not self.weight or weight._version != self.weight_version \
@@ -277,12 +277,14 @@ class FastCall:
         if x.data_ptr() % 16 or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
                 bias is not None and bias.requires_grad))):
             return False
-        return (self._stream_of(self.index) == self.stream and torch.cuda.current_device() == self.index
+        if stream is None:
+            stream = _RAW_STREAM(self.index)
+        return (stream == self.stream and torch.cuda.current_device() == self.index
                 and not torch.cuda.is_current_stream_capturing() and self.launcher.valid())
 
-    def __call__(self, x, weight, bias=None):
+    def __call__(self, x, weight, bias=None, stream: int | None = None):
         """The convolution of ``x`` and ``weight`` (bias not added), or None."""
-        if not self.matches(x, weight, bias):
+        if not self.matches(x, weight, bias, stream):
             return None
         devices = getattr(_THREADS, "devices", None)
         if devices is None:
@@ -320,7 +322,7 @@ def fast_call(x, weight, stride: int, padding: int, algo: str, gemm_math: str) -
     if token is None or layer is None or (algo, dev) not in layer.checked:
         return None
     cupy, runtime = _gpu()
-    handle = torch.cuda.current_stream(x.device).cuda_stream
+    handle = _RAW_STREAM(dev)
     with cupy.cuda.Device(dev), _cupy_stream(cupy, handle, dev):
         plan = runtime.cached_plan(layer.spec, algo, gemm_math, dev)
         x_view = x.permute(0, 2, 3, 1) if channels_last else x
@@ -329,7 +331,7 @@ def fast_call(x, weight, stride: int, padding: int, algo: str, gemm_math: str) -
     if launcher is None:
         return None
     out_shape = (n, k, layer.spec.out_h, layer.spec.out_w)
-    return FastCall(x, weight, token, out_shape, channels_last, handle, launcher, algo)
+    return FastCall(x, weight, out_shape, channels_last, handle, launcher, algo)
 
 
 def _choose(runtime, layer: _Layer, gemm_math: str, run) -> str:

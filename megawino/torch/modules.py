@@ -82,9 +82,13 @@ class MegawinoConv2d(nn.Conv2d):
         fasts = self.__dict__.get("_megawino_fast")
         if fasts is None:                     # a module converted by an earlier megawino
             fasts = self.__dict__["_megawino_fast"] = {}
-        fast = fasts.get((input.shape, current_stream_handle(input))) if fasts else None
+        if fasts:
+            stream = current_stream_handle(input)
+            fast = fasts.get((input.shape, stream))
+        else:
+            stream = fast = None
         if fast is not None:
-            out = fast(input, self.weight, self.bias)
+            out = fast(input, self.weight, self.bias, stream)
             if out is not None:
                 if self.bias is not None:
                     out.add_(self.bias.view(1, -1, 1, 1))
