@@ -173,9 +173,9 @@ struct Tf32x3Fragments {
         if (col < col_end) {
           const float* a = acc[mt * NT + nt];
           float* dst = Mp + row * k_stride + col;
-          if (!ROW_BOUND || row < row_end) st_intermediate2(dst, a[0], a[1]);
+          if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(a[0], a[1]);
           if (!ROW_BOUND || row + 8 < row_end)
-            st_intermediate2(dst + 8 * k_stride, a[2], a[3]);
+            *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(a[2], a[3]);
         }
       }
   }
@@ -522,9 +522,9 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     const long long row = row0 + warp_row + g;
     if (col < col_end) {
       float* dst = Mp + row * k_stride + col;
-      if (!ROW_BOUND || row < row_end) st_intermediate2(dst, acc[4 * nb], acc[4 * nb + 1]);
+      if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
       if (!ROW_BOUND || row + 8 < row_end)
-        st_intermediate2(dst + 8 * k_stride, acc[4 * nb + 2], acc[4 * nb + 3]);
+        *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
     }
   }
 }
@@ -551,27 +551,18 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #endif
   }
-#if MW_DISCARD
-  // With one K block this task is the only reader of its V rows (the tile loop ends on a barrier).
-  if (p.k_blocks == 1) {
-    discard_l2_rows(Vp + t0 * c_stride, min(static_cast<long long>(tpg), p.tiles - t0), c_stride, c_stride);
-  }
-#endif
 }
 
-// The non-fused GEMM kernel's block b: under MW_GEMM_POSITION_MAJOR the launch runs the tasks
-// position by position (K blocks innermost), so that one position's filter matrix and each V
-// row range stay in L2 while every group uses them; any order gives the same bits.
-__device__ __forceinline__ void nonfused_gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
-#if MW_GEMM_POSITION_MAJOR
+// The non-fused GEMM kernel runs its tasks position by position, K blocks innermost (block b
+// ignores its record's group and index), so that one position's filter matrix and each V row
+// range stay in L2 while every group uses them; any order gives the same bits.
+__device__ __forceinline__ void nonfused_gemm_task(const Params& p, GemmSmem& sm) {
   const int k_blocks = static_cast<int>(p.k_blocks);
-  const int per_group = (MW_M + 2) * (MW_M + 2) * k_blocks;
-  const int groups = static_cast<int>(gridDim.x) / per_group;
+  const int groups = static_cast<int>(gridDim.x) / ((MW_M + 2) * (MW_M + 2) * k_blocks);
   const int b = static_cast<int>(blockIdx.x);
   const int rest = b / k_blocks;
-  group = rest % groups;
-  index = (rest / groups) * k_blocks + (b - rest * k_blocks);
-#endif
+  const int group = rest % groups;
+  const int index = (rest / groups) * k_blocks + (b - rest * k_blocks);
   gemm_task(p, sm, group, index);
 }
 

@@ -40,9 +40,7 @@ mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   using namespace mw;
   __shared__ __align__(16) GemmSmem smem;
   const Params& p = *params;
-  const int* rec = task_record(p, first_task);
-  const int group = rec[REC_GROUP], index = rec[REC_INDEX];
-  nonfused_gemm_task(p, smem, group, index);
+  nonfused_gemm_task(p, smem);
 }
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)

@@ -69,13 +69,13 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
       for (int i = 0; i < A; ++i) {
         const float* row = base + i * row_stride;
         if (static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H)) {
-          const float4 mid = ld_input4(reinterpret_cast<const float4*>(row + 1));
-          d[i * A + 0] = cm & 1u ? ld_input(row) : 0.0f;
+          const float4 mid = __ldg(reinterpret_cast<const float4*>(row + 1));
+          d[i * A + 0] = cm & 1u ? __ldg(row) : 0.0f;
           d[i * A + 1] = mid.x;
           d[i * A + 2] = mid.y;
           d[i * A + 3] = mid.z;
           d[i * A + 4] = mid.w;
-          d[i * A + 5] = (cm >> 5) & 1u ? ld_input(row + 5) : 0.0f;
+          d[i * A + 5] = (cm >> 5) & 1u ? __ldg(row + 5) : 0.0f;
         } else {
 #pragma unroll
           for (int j = 0; j < A; ++j) d[i * A + j] = 0.0f;
@@ -89,7 +89,7 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
     const unsigned m = static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H) ? cm : 0u;
     const float* row = base + i * row_stride;
 #pragma unroll
-    for (int j = 0; j < A; ++j) d[i * A + j] = (m >> j) & 1u ? ld_input(row + j * col_stride) : 0.0f;
+    for (int j = 0; j < A; ++j) d[i * A + j] = (m >> j) & 1u ? __ldg(row + j * col_stride) : 0.0f;
   }
 }
 
@@ -154,7 +154,7 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         if constexpr (CPT == 2) {
-          st_intermediate2(dst + q * plane, v[0][q], v[1][q]);
+          *reinterpret_cast<float2*>(dst + q * plane) = make_float2(v[0][q], v[1][q]);
         } else {
           dst[q * plane] = v[0][q];
         }

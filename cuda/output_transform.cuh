@@ -38,7 +38,8 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
     if (oy >= out_h) continue;
     if (vec_rows) {
       float* row = y + ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox0;
-      st_output4(row, o[i * M + 0], o[i * M + 1 % M], o[i * M + 2 % M], o[i * M + 3 % M]);
+      *reinterpret_cast<float4*>(row) =
+          make_float4(o[i * M + 0], o[i * M + 1 % M], o[i * M + 2 % M], o[i * M + 3 % M]);
     } else {
 #pragma unroll
       for (int j = 0; j < M; ++j) {
@@ -47,7 +48,7 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
         const long long off = NHWC
             ? ((static_cast<long long>(tc.n) * out_h + oy) * out_w + ox) * K + k
             : ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox;
-        st_output(y + off, o[i * M + j]);
+        y[off] = o[i * M + j];
       }
     }
   }
@@ -173,15 +174,6 @@ __device__ __forceinline__ void output_transform_parked(const Params& p, float* 
       output_store_channel<M, NHWC>(p, y, mm, tc, kb + 1);
     }
   });
-#if MW_DISCARD
-  // This task is the only reader of M's columns [k0, k1) of its tiles.
-  __syncthreads();
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
-  const long long rows = min(o.t_base + o.tpg, p.tiles) - o.t_base;
-  const bool whole_rows = o.k0 == 0 && o.k1 == o.K;   // no other task reads these rows' padding
-  for (int q = 0; q < AA; ++q)
-    discard_l2_rows(Mb + q * o.plane + o.t_base * o.ks + o.k0, rows, whole_rows ? o.ks : o.k1 - o.k0, o.ks);
-#endif
 }
 
 }  // namespace mw

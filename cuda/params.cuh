@@ -25,18 +25,6 @@
 #if MW_GEMM_BF16X3 && MW_GEMM_TF32X3
 #error "MW_GEMM_BF16X3 and MW_GEMM_TF32X3 are two arithmetics: set one"
 #endif
-// MW_DISCARD=1: the last reader of a V or M range drops its L2 lines (ptx.cuh discard_l2_rows).
-#ifndef MW_DISCARD
-#define MW_DISCARD 0
-#endif
-// MW_GEMM_POSITION_MAJOR=1: the non-fused GEMM kernel's task order (gemm.cuh nonfused_gemm_task).
-#ifndef MW_GEMM_POSITION_MAJOR
-#define MW_GEMM_POSITION_MAJOR 0
-#endif
-// MW_L2_HINTS=1: L2 eviction priorities by role (ptx.cuh st_global, st_output, ld_input).
-#ifndef MW_L2_HINTS
-#define MW_L2_HINTS 0
-#endif
 // The 3xTF32 products run on warpgroup MMAs (cuda/gemm.cuh gemm_tile_wgmma) where the
 // build targets sm_90a (NVRTC -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL), else on mma.sync;
 // -DMW_GEMM_WGMMA=0 keeps mma.sync on sm_90a too.

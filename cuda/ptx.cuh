@@ -31,28 +31,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// Drops the 128-byte L2 lines of a consumed intermediate without writing them back (their
-// contents become undefined), so that it costs no DRAM write: `rows` rows of `cols` floats,
-// `stride` floats apart, spread over the block's threads.  Only lines wholly inside the rows are
-// dropped; rows that do not start on a line (unless they are contiguous) are left alone.  Every
-// read of the rows must be complete (a barrier) first.
-__device__ __forceinline__ void discard_l2_rows(const float* base, long long rows, long long cols, long long stride) {
-  if (rows <= 0 || cols <= 0) return;
-  const unsigned long long start = reinterpret_cast<unsigned long long>(base);
-  if (cols == stride) {
-    const unsigned long long first = (start + 127) & ~127ull, end = (start + 4ull * rows * cols) & ~127ull;
-    for (unsigned long long a = first + 128ull * threadIdx.x; a < end; a += 128ull * blockDim.x)
-      asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(a) : "memory");
-    return;
-  }
-  if ((start | (4ull * stride)) & 127) return;
-  const long long per_row = (4 * cols) >> 7;
-  for (long long i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
-    const long long r = i / per_row;
-    asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(start + 4ull * r * stride + 128ull * (i - r * per_row)) : "memory");
-  }
-}
-
 // NAME: d += a * b on the tensor cores, NAME_zero: d = a * b (the accumulator input is zero), for
 // one mma.sync SHAPE: m16n8k8 TF32 (a 16 x 8 row, b 8 x 8 col) or m16n8k16 BF16 pairs (a 16 x 16,
 // b 16 x 8, the lower k in each pair's low half), fp32 sums.  Not volatile: the MMA is a pure
@@ -90,68 +68,8 @@ __device__ __forceinline__ int thread_index() {
 
 // A store ptxas knows is global, so it may move shared-memory loads ahead of it (a generic
 // store might alias them).
-// Under MW_L2_HINTS the intermediates (V, M) are stored evict-last in L2, so that they stay there
-// until their consumer reads (and drops) them, while the layer's input and output stream through
-// evict-first.
-__device__ __forceinline__ unsigned long long l2_evict_last() {
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ unsigned long long l2_evict_first() {
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
 __device__ __forceinline__ void st_global(float* ptr, float v) {
-#if MW_L2_HINTS
-  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" :: "l"(ptr), "f"(v), "l"(l2_evict_last()) : "memory");
-#else
   asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
-#endif
-}
-// An intermediate's float2 (V in NHWC, M).
-__device__ __forceinline__ void st_intermediate2(float* ptr, float a, float b) {
-#if MW_L2_HINTS
-  asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;" :: "l"(ptr), "f"(a), "f"(b), "l"(l2_evict_last()) : "memory");
-#else
-  *reinterpret_cast<float2*>(ptr) = make_float2(a, b);
-#endif
-}
-// The layer's output y.
-__device__ __forceinline__ void st_output(float* ptr, float v) {
-#if MW_L2_HINTS
-  asm volatile("st.global.cs.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
-#else
-  *ptr = v;
-#endif
-}
-__device__ __forceinline__ void st_output4(float* ptr, float a, float b, float c, float d) {
-#if MW_L2_HINTS
-  asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(ptr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-#else
-  *reinterpret_cast<float4*>(ptr) = make_float4(a, b, c, d);
-#endif
-}
-// The layer's input x (read-only for the kernel's lifetime).
-__device__ __forceinline__ float ld_input(const float* ptr) {
-#if MW_L2_HINTS
-  float v;
-  asm("ld.global.nc.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(ptr), "l"(l2_evict_first()));
-  return v;
-#else
-  return __ldg(ptr);
-#endif
-}
-__device__ __forceinline__ float4 ld_input4(const float4* ptr) {
-#if MW_L2_HINTS
-  float4 v;
-  asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(ptr), "l"(l2_evict_first()));
-  return v;
-#else
-  return __ldg(ptr);
-#endif
 }
 
 // Shared-memory store / load the compiler can neither forward through a register nor drop,
