@@ -4,11 +4,7 @@
 # each define set in $AB_DEFINES (space-separated; default: the mma.sync GEMM on sm_90a).
 #   OUT=/tmp/ab bash bench/experiments/gemm_ab.sh [pytest -k expression]
 set -u
-repo="$(cd "$(dirname "$0")/../.." && pwd)"
-out="${OUT:-/tmp/gemm-ab}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 MEGAWINO_CACHE_DIR="$out/cache"
-cd /tmp
+source "$(dirname "$0")/device_setup.sh" /tmp/gemm-ab
 t0=$SECONDS
 python3 -m pytest -q -m gpu -p no:cacheprovider ${1:+-k "$1"} "$repo/tests/test_gpu.py" > "$out/tests.log" 2>&1
 echo "== tests: exit $?, $((SECONDS - t0)) s"; tail -n 8 "$out/tests.log"

@@ -5,8 +5,9 @@ megakernel for mapping distances and group sizes (docs/experiments.md 62).
     ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum -k regex:mw_megakernel \
         python3 bench/experiments/l2_reuse.py --layer vgg16.conv1_2 --once
 
-Each configuration is "tiles_per_group/dig/dgo/m"; MEGAWINO_CUDA_DEFINES selects the build
-(e.g. -DMW_L2_HINTS=1 -DMW_DISCARD=1).  With --once every configuration launches exactly once,
+Each configuration is "tiles_per_group/dig/dgo/m"; MEGAWINO_CUDA_DEFINES selects the build (the
+L2 discard and eviction-hint defines that entry 62 measured are in the commit "Experiment 62
+(measured, not kept)", not in this tree).  With --once every configuration launches exactly once,
 in the order given, so that ncu's kernel rows line up with them.
 """
 from __future__ import annotations
