@@ -40,7 +40,7 @@ mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   using namespace mw;
   __shared__ __align__(16) GemmSmem smem;
   const Params& p = *params;
-  nonfused_gemm_task(p, smem);
+  nonfused_gemm_task(p, smem, first_task);
 }
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)

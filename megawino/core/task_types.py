@@ -134,7 +134,7 @@ _BUILT_IN = (
     TaskTypeInfo(TaskType.GEMM, "GEMM", "GEMM", "G", "green", gemm.run_task, gemm_work,
                  index_label="j", header="gemm.cuh",
                  device_call="gemm_task(p, smem, group, index)",
-                 nonfused_call="nonfused_gemm_task(p, smem)",
+                 nonfused_call="nonfused_gemm_task(p, smem, first_task)",
                  # two resident blocks per SM, as in the megakernel: both paths run the GEMM
                  # tile under the same 128-register cap
                  nonfused_shared="__shared__ __align__(16) GemmSmem smem;", nonfused_min_blocks=2),

@@ -158,7 +158,7 @@ def _uses(call: str, name: str) -> bool:
 def nonfused_text() -> str:
     """``mw_<type>_kernel`` per registered device type: one task per block, the block's task
     id ``first_task + blockIdx.x`` (task ids of one type are contiguous), unless the call takes
-    neither group nor index and maps its blocks to tasks itself."""
+    neither group nor index but first_task and picks its blocks' tasks itself."""
     lines = [FIRST_LINE, "#pragma once", "", *_includes(), "", "namespace mw {",
              "// The record of the task this block runs: task ids of one type are contiguous.",
              "__device__ __forceinline__ const int* task_record(const Params& p, int first_task) {",
@@ -176,7 +176,7 @@ def nonfused_text() -> str:
         if kind.nonfused_shared:
             lines.append(f"  {kind.nonfused_shared}")
         lines.append("  const Params& p = *params;")
-        if fields:   # a call without group and index orders its blocks itself (nonfused_gemm_task)
+        if fields:   # a call without group and index picks its blocks' records itself (nonfused_gemm_task)
             lines += ["  const int* rec = task_record(p, first_task);", f"  const int {', '.join(fields)};"]
         lines += [f"  {kind.nonfused_call};", "}"]
     lines.append("")
