@@ -554,18 +554,16 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
 }
 
 // The non-fused GEMM kernel runs its tasks position by position, K blocks innermost, so that one
-// position's filter matrix and each V row range stay in L2 while every group uses them.  Block b
-// takes the task id of that order (GEMM ids are group-major, gemms_per_group = alpha^2 * k_blocks
-// a group, megawino.core.tasks) and runs its record; any bijection gives the same bits.
-__device__ __forceinline__ void nonfused_gemm_task(const Params& p, GemmSmem& sm, int first_task) {
+// position's filter matrix and each V row range stay in L2 while every group uses them: block b's
+// task among the GEMM ids (group-major, alpha^2 * k_blocks a group: megawino.core.tasks).  Any
+// bijection gives the same bits.
+__device__ __forceinline__ int gemm_position_major_block(const Params& p) {
   const int k_blocks = static_cast<int>(p.k_blocks);
-  const int per_group = (MW_M + 2) * (MW_M + 2) * k_blocks;
+  const int per_group = Wino<MW_M>::ALPHA * Wino<MW_M>::ALPHA * k_blocks;
   const int groups = static_cast<int>(gridDim.x) / per_group;
   const int b = static_cast<int>(blockIdx.x);
   const int rest = b / k_blocks;
-  const int id = first_task + (rest % groups) * per_group + (rest / groups) * k_blocks + (b - rest * k_blocks);
-  const int* rec = reinterpret_cast<const int*>(p.records) + static_cast<long long>(id) * REC_FIELDS;
-  gemm_task(p, sm, rec[REC_GROUP], rec[REC_INDEX]);
+  return (rest % groups) * per_group + (rest / groups) * k_blocks + (b - rest * k_blocks);
 }
 
 }  // namespace mw

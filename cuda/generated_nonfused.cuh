@@ -10,9 +10,8 @@
 
 namespace mw {
 // The record of the task this block runs: task ids of one type are contiguous.
-__device__ __forceinline__ const int* task_record(const Params& p, int first_task) {
-  return reinterpret_cast<const int*>(p.records) +
-         static_cast<long long>(first_task + static_cast<int>(blockIdx.x)) * REC_FIELDS;
+__device__ __forceinline__ const int* task_record(const Params& p, int first_task, int block) {
+  return reinterpret_cast<const int*>(p.records) + static_cast<long long>(first_task + block) * REC_FIELDS;
 }
 }  // namespace mw
 
@@ -20,7 +19,7 @@ extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int first_task) {
   using namespace mw;
   const Params& p = *params;
-  const int* rec = task_record(p, first_task);
+  const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
   const int index = rec[REC_INDEX];
   filter_transform_task<MW_M>(p, w, index);
 }
@@ -30,7 +29,7 @@ mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first
   using namespace mw;
   __shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * BLOCK_THREADS];
   const Params& p = *params;
-  const int* rec = task_record(p, first_task);
+  const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
   const int group = rec[REC_GROUP], index = rec[REC_INDEX];
   input_transform_task<MW_M, MW_NHWC != 0, 2>(p, x, group, index, sbuf);
 }
@@ -40,14 +39,16 @@ mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   using namespace mw;
   __shared__ __align__(16) GemmSmem smem;
   const Params& p = *params;
-  nonfused_gemm_task(p, smem, first_task);
+  const int* rec = task_record(p, first_task, gemm_position_major_block(p));
+  const int group = rec[REC_GROUP], index = rec[REC_INDEX];
+  gemm_task(p, smem, group, index);
 }
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task) {
   using namespace mw;
   const Params& p = *params;
-  const int* rec = task_record(p, first_task);
+  const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
   const int group = rec[REC_GROUP], index = rec[REC_INDEX];
   output_transform_registers<MW_M, MW_NHWC != 0>(p, y, group, index);
 }

@@ -33,8 +33,10 @@ class TaskTypeInfo:
     index arrays.  ``device_call`` is the megakernel's call of the device function (names in
     scope: p, x, w, y, smem, group, index), declared in ``header``; ``nonfused_call`` the
     non-fused kernel's (p, its array, group, index, and what ``nonfused_shared`` declares),
-    whose array is ``kernel_array`` (w, x, y or None).  A type without a device call is CPU
-    only: the generated dispatch has no case for it."""
+    whose array is ``kernel_array`` (w, x, y or None); its block runs the task
+    ``first_task + nonfused_block`` (an expression in p: the task's offset among the type's
+    contiguous ids).  A type without a device call is CPU only: the generated dispatch has no
+    case for it."""
 
     code: int
     name: str
@@ -50,6 +52,7 @@ class TaskTypeInfo:
     kernel_array: str | None = None
     nonfused_shared: str | None = None
     nonfused_min_blocks: int | None = None
+    nonfused_block: str = "static_cast<int>(blockIdx.x)"
 
     def __post_init__(self):
         if isinstance(self.code, bool) or not isinstance(self.code, int) or not 0 <= self.code < 2**31:
@@ -134,7 +137,8 @@ _BUILT_IN = (
     TaskTypeInfo(TaskType.GEMM, "GEMM", "GEMM", "G", "green", gemm.run_task, gemm_work,
                  index_label="j", header="gemm.cuh",
                  device_call="gemm_task(p, smem, group, index)",
-                 nonfused_call="nonfused_gemm_task(p, smem, first_task)",
+                 nonfused_call="gemm_task(p, smem, group, index)",
+                 nonfused_block="gemm_position_major_block(p)",
                  # two resident blocks per SM, as in the megakernel: both paths run the GEMM
                  # tile under the same 128-register cap
                  nonfused_shared="__shared__ __align__(16) GemmSmem smem;", nonfused_min_blocks=2),

@@ -157,13 +157,11 @@ def _uses(call: str, name: str) -> bool:
 
 def nonfused_text() -> str:
     """``mw_<type>_kernel`` per registered device type: one task per block, the block's task
-    id ``first_task + blockIdx.x`` (task ids of one type are contiguous), unless the call takes
-    neither group nor index but first_task and picks its blocks' tasks itself."""
+    id ``first_task + nonfused_block`` (task ids of one type are contiguous)."""
     lines = [FIRST_LINE, "#pragma once", "", *_includes(), "", "namespace mw {",
              "// The record of the task this block runs: task ids of one type are contiguous.",
-             "__device__ __forceinline__ const int* task_record(const Params& p, int first_task) {",
-             "  return reinterpret_cast<const int*>(p.records) +",
-             "         static_cast<long long>(first_task + static_cast<int>(blockIdx.x)) * REC_FIELDS;",
+             "__device__ __forceinline__ const int* task_record(const Params& p, int first_task, int block) {",
+             "  return reinterpret_cast<const int*>(p.records) + static_cast<long long>(first_task + block) * REC_FIELDS;",
              "}", "}  // namespace mw"]
     for kind in _device_kinds():
         bounds = "mw::BLOCK_THREADS" + (f", {kind.nonfused_min_blocks}" if kind.nonfused_min_blocks else "")
@@ -175,9 +173,10 @@ def nonfused_text() -> str:
                   "  using namespace mw;"]
         if kind.nonfused_shared:
             lines.append(f"  {kind.nonfused_shared}")
-        lines.append("  const Params& p = *params;")
-        if fields:   # a call without group and index picks its blocks' records itself (nonfused_gemm_task)
-            lines += ["  const int* rec = task_record(p, first_task);", f"  const int {', '.join(fields)};"]
+        lines += ["  const Params& p = *params;",
+                  f"  const int* rec = task_record(p, first_task, {kind.nonfused_block});"]
+        if fields:
+            lines.append(f"  const int {', '.join(fields)};")
         lines += [f"  {kind.nonfused_call};", "}"]
     lines.append("")
     return "\n".join(lines)
