@@ -55,7 +55,7 @@ def _suite(batch, layout="NCHW"):
     try:
         return load_suite(suite="direct", batch=batch, layout=layout)
     except FileNotFoundError:
-        pytest.skip("no shared/suite/layers.json")
+        pytest.skip("the shipped suite megawino/data/suite_layers.json is missing")
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
