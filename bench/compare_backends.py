@@ -8,7 +8,6 @@ TF32 is on only while a ``cudnn_tf32_*`` column runs.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -356,13 +355,14 @@ class Bench:
             raise NotAvailable("the non-fused plan exposes no launch_stage")
         from megawino.core.tasks import TaskType
         lay = plan.task_layout
-        per_set = 4 * (lay.alpha2 * lay.tiles_padded * (lay.c_stride + lay.k_stride) + math.prod(lay.u_shape))
+        per_set = 4 * (lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride)
+                                     + lay.c_stride * lay.k_stride))
         n = rotation_sets(per_set, self.l2, min_sets=1, budget_bytes=self._budget())
         plans = [plan] + [self._make_plan(spec, "nonfused") for _ in range(n - 1)]
         for p in plans:
             p(st["xs"][0], st["w"], check=True)
         sample = min(lay.tiles_padded, 1024)            # rows of position 0 against float64
-        ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), lay.u_matrix(plan.U, 0).astype(cp.float64))
+        ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), plan.U[0].astype(cp.float64))
         entry = {"rotation_sets": n, "bytes_per_set": per_set,
                  "rel_err_sample_vs_f64": gpu_rel_l2(plan.M[0, :sample], ref)}
         entry.update(self._time(lambda p: p.launch_stage(TaskType.GEMM), plans))

@@ -16,7 +16,6 @@
 #include "generated_tasks.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
-#include "tensor_core.cuh"
 
 namespace mw {
 
@@ -33,16 +32,23 @@ static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 // of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
 // need less), so that the block's shared-memory footprint, and with it the L1 / shared split
 // the kernels are tuned under, is that of the padded layouts.
-// The warpgroup-MMA tile adds the split B tile (big and small parts) the tensor cores read, or,
-// on U written pre-split (MW_U_SPLIT), stages of both parts.
+// The warpgroup-MMA tile adds the split B tile (big and small parts) the tensor cores read.
 struct GemmSmem {
 #if MW_GEMM_WGMMA
-  float floats[GEMM_STAGES * GEMM_BM * GEMM_BK + (MW_U_SPLIT ? 2 * GEMM_STAGES * GEMM_BK * GEMM_BN
-                                                             : (GEMM_STAGES + 2) * GEMM_BK * GEMM_BN)];
+  float floats[GEMM_STAGES * (GEMM_BM * GEMM_BK + GEMM_BK * GEMM_BN) + 2 * GEMM_BK * GEMM_BN];
 #else
   float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 || MW_GEMM_BF16X3 ? 8 : 0)))];
 #endif
 };
+
+// x = big + small, both TF32 bit patterns (low 13 mantissa bits zero): big rounds x to nearest
+// (ties away, as cvt.rna.tf32.f32, in two integer ops: x is finite), small = x - big (exact in
+// fp32) truncated.  big*big + big*small + small*big carry x*y to about 2^-21 relative
+// (small*small is dropped).
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
+  big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+  small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
+}
 
 // The A operand of k8 step q from a thread's two float4 of one k tile (rows g and g + 8, k
 // 4 t4 .. 4 t4 + 3): columns t4 and t4 + 4 are k 4 t4 + 2 q and 4 t4 + 2 q + 1, split in two TF32
@@ -299,9 +305,6 @@ struct FfmaFragments {
 
 // Which arithmetic this build's GEMM runs, for the host to check (megawino.gpu.nvrtc.gemm_uses_wgmma).
 extern "C" __device__ int mw_gemm_wgmma = MW_GEMM_WGMMA;
-// Which U layout this build's filter transform writes and GEMM reads (megawino.core.tasks
-// Layout.u_split; the host builds the plan's layout from it).
-extern "C" __device__ int mw_u_split = MW_U_SPLIT;
 
 #if MW_GEMM_BF16X3
 template <int ROWS> using GemmFragments = Bf16x3Fragments<ROWS>;
@@ -313,10 +316,8 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 
 // The cp.async ring both tiles run: stages 0 .. GEMM_STAGES - 2 in flight first, then per k
 // tile: wait for it, one barrier (stage kt visible to all, the stage the next copy overwrites
-// no longer read), the copy GEMM_STAGES - 1 tiles ahead, and multiply(kt % GEMM_STAGES).
-// ASYNC_READER: the tensor cores read the stages through the async proxy (wgmma's shared-memory
-// operands), so each thread fences its landed copies before the barrier.
-template <bool ASYNC_READER = false, class LoadStage, class Multiply>
+// no longer read), the copy GEMM_STAGES - 1 tiles ahead, and multiply(kt, stage).
+template <class LoadStage, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Multiply multiply) {
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
@@ -325,9 +326,6 @@ __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_st
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<GEMM_STAGES - 2>();
-#if MW_GEMM_WGMMA
-    if constexpr (ASYNC_READER) fence_proxy_async_smem();
-#endif
     __syncthreads();
     const int nk = kt + GEMM_STAGES - 1;
     if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
@@ -403,15 +401,12 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
 
 #if MW_GEMM_WGMMA
 // 3xTF32 on warpgroup MMAs (sm_90a).  The block's two warpgroups own 64-row halves of a 128 x 64
-// tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) comes through
-// the cp.async ring as in gemm_tile and goes into registers, read and split as in
-// Tf32x3Fragments; the tensor cores read B from shared memory as the big and small parts of
-// wgmma's unswizzled K-major core matrices.  B_SPLIT: U is stored that way (MW_U_SPLIT,
-// Layout.u_split: row n of a part is output channel n, its 16-channel blocks in
-// u_channel_order), so the ring copies both parts straight into place; else (the pointwise
-// path, whose B is the user's tensor) each k tile's fp32 B stage is split once per block.
-// Products and their order per element are those of Tf32x3Fragments: each 16-term k tile is
-// summed from zero on the tensor cores, then added to the fp32 accumulator with one
+// tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) and B (U rows)
+// come through the cp.async ring as in gemm_tile; A goes into registers, read and split as in
+// Tf32x3Fragments, and the tensor cores read B from shared memory, so each k tile's B stage is
+// split once per block into big and small parts laid out as wgmma's unswizzled K-major core
+// matrices.  Products and their order per element are those of Tf32x3Fragments: each 16-term k
+// tile is summed from zero on the tensor cores, then added to the fp32 accumulator with one
 // round-to-nearest FADD (which makes the results bitwise those of the mma.sync build).
 namespace wgmma_tile {
 constexpr int A_STAGE = GEMM_BM * GEMM_BK;
@@ -420,46 +415,34 @@ constexpr int SPLIT_STEP = GEMM_BN * 8;        // floats of one k8 step of one p
 constexpr int SPLIT_PART = 2 * SPLIT_STEP;     // one part (big or small) of a k tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
-// Shared memory: GEMM_STAGES A stages, then GEMM_STAGES B stages and the split B tile, or
-// GEMM_STAGES split stages (B_SPLIT).
+// Shared memory: GEMM_STAGES A stages, GEMM_STAGES B stages, then the split B tile.
 static_assert(GEMM_STAGES * (A_STAGE + B_STAGE) + 2 * SPLIT_PART <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)),
               "stages fit");
-static_assert(!MW_U_SPLIT || GEMM_STAGES * (A_STAGE + 2 * SPLIT_PART) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)),
-              "split stages fit");
-static_assert(GEMM_BK == 16 && GEMM_BK == U_SPLIT_BLOCK && BLOCK_THREADS == 4 * GEMM_BN,
-              "each thread splits (or copies) 4 k of one B column");
-// Where the 16-byte core-matrix row of column n, k 4 kc + j .. (j = 2 q + h: core half h of k8
-// step q; kc = 0..3 along the row) sits in one part of a split k tile.
-__device__ __forceinline__ int split_row(int n, int j) { return (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4; }
+static_assert(GEMM_BK == 16 && BLOCK_THREADS == 4 * GEMM_BN, "each thread splits 4 k of one B column");
 }  // namespace wgmma_tile
 
-// B_SPLIT: Up is the position's big plane of a split U (rows of u_row floats), its small plane
-// u_plane floats further.
-template <int ROWS, bool ROW_BOUND = false, bool B_SPLIT = false>
+template <int ROWS, bool ROW_BOUND = false>
 __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
                                                 long long row0, int col0, int col_end, int c_stride,
-                                                int k_stride, long long row_end = 0, int u_row = 0,
-                                                long long u_plane = 0) {
+                                                int k_stride, long long row_end = 0) {
   using namespace wgmma_tile;
   constexpr int WARPGROUPS = BLOCK_THREADS / 128;
   constexpr int WARPGROUPS_M = ROWS / 64;
   constexpr int WG_N = GEMM_BN / (WARPGROUPS / WARPGROUPS_M);   // columns of one warpgroup's MMA
   constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);
   constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;
-  constexpr int B_STAGE_FLOATS = B_SPLIT ? 2 * SPLIT_PART : B_STAGE;
   static_assert(A_CHUNKS % BLOCK_THREADS == 0 && (WG_N == 64 || WG_N == 32), "tile shape");
   float* const a_stages = sm.floats;
   float* const b_stages = a_stages + GEMM_STAGES * A_STAGE;
-  float* const split = b_stages + GEMM_STAGES * B_STAGE;   // the per-block split (!B_SPLIT)
+  float* const split = b_stages + GEMM_STAGES * B_STAGE;
   const int tid = thread_index();
   const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int warp_row = ((warp >> 2) % WARPGROUPS_M) * 64 + 16 * (warp & 3);
   const int warp_col = ((warp >> 2) / WARPGROUPS_M) * WG_N;
 
-  // Copies: thread chunk r of an A stage is row (tid + r * BLOCK_THREADS) / 4, k (tid % 4) * 4.
-  // B: without B_SPLIT, k row tid / 16, columns (tid % 16) * 4 .. + 3; with it, column tid / 4,
-  // stored k 4 (tid % 4) .. + 3 of both parts (one core-matrix row each).
+  // Copies: thread chunk r of an A stage is row (tid + r * BLOCK_THREADS) / 4, k (tid % 4) * 4;
+  // its B chunk is k row tid / 16, columns (tid % 16) * 4 .. + 3.
   int a_row[A_PER_THREAD];
   const float* a_src[A_PER_THREAD];
   const int a_ch = (tid & 3) * 4;
@@ -468,11 +451,9 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     a_row[r] = (tid + r * BLOCK_THREADS) >> 2;
     a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch;
   }
-  const int b_k = B_SPLIT ? tid & 3 : tid >> 4, b_col = B_SPLIT ? tid >> 2 : (tid & 15) * 4;
+  const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
-  const float* b_src = B_SPLIT ? Up + static_cast<long long>(col0 + b_col) * u_row + 4 * b_k
-                               : Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  const int b_dst = B_SPLIT ? split_row(b_col, b_k) : b_k * GEMM_BN + b_col;
+  const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
   auto load_stage = [&](int kt, int stage) {
     const int kbase = kt * GEMM_BK;
 #pragma unroll
@@ -480,49 +461,37 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       const bool ok = kbase + a_ch < c_stride && (!ROW_BOUND || row0 + a_row[r] < row_end);
       cp_async_cg16(a_stages + stage * A_STAGE + a_row[r] * GEMM_BK + a_ch, ok ? a_src[r] + kbase : Vp, ok);
     }
-    float* const b_stage = b_stages + stage * B_STAGE_FLOATS;
-    if constexpr (B_SPLIT) {
-      // Split U rows are whole 16-channel blocks (zeros past C): every k tile is in bounds.
-      cp_async_cg16(b_stage + b_dst, b_col_ok ? b_src + kbase : Up, b_col_ok);
-      cp_async_cg16(b_stage + SPLIT_PART + b_dst, b_col_ok ? b_src + u_plane + kbase : Up, b_col_ok);
-    } else {
-      const bool ok = b_col_ok && kbase + b_k < c_stride;
-      cp_async_cg16(b_stage + b_dst, ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
-    }
+    const bool ok = b_col_ok && kbase + b_k < c_stride;
+    cp_async_cg16(b_stages + stage * B_STAGE + b_k * GEMM_BN + b_col,
+                  ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
-  // Split (!B_SPLIT): thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3.  The A
-  // fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4),
-  // so row 4 kc + j is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix
-  // row per part.
+  // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3.  The A fragment pairs
+  // k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4), so row 4 kc + j
+  // is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix row per part.
   const int n = tid % GEMM_BN, j = tid / GEMM_BN;
-  float* const split_dst = split + split_row(n, j);
+  float* const split_row = split + (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4;
   auto split_stage = [&](int stage) {
     const float* raw = b_stages + stage * B_STAGE + j * GEMM_BN + n;
     unsigned big[4], small[4];
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
-    *reinterpret_cast<uint4*>(split_dst) = make_uint4(big[0], big[1], big[2], big[3]);
-    *reinterpret_cast<uint4*>(split_dst + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
+    *reinterpret_cast<uint4*>(split_row) = make_uint4(big[0], big[1], big[2], big[3]);
+    *reinterpret_cast<uint4*>(split_row + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
     fence_proxy_async_smem();
   };
   auto mma = [](float (&d)[WG_N / 2], const unsigned (&a)[4], unsigned long long b, int accumulate) {
     if constexpr (WG_N == 64) wgmma_tf32_m64n64k8(d, a, b, accumulate);
     else wgmma_tf32_m64n32k8(d, a, b, accumulate);
   };
-  const unsigned b_base = smem_addr((B_SPLIT ? b_stages : split) + (warp_col >> 3) * 64);
+  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
 
   const int k_tiles = (c_stride + GEMM_BK - 1) / GEMM_BK;
   float acc[WG_N / 2];
 #pragma unroll
   for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  cp_async_pipeline<B_SPLIT>(k_tiles, load_stage, [&](int stage) {
-    unsigned b_tile = b_base;
-    if constexpr (B_SPLIT) {
-      b_tile += stage * B_STAGE_FLOATS * 4;
-    } else {
-      split_stage(stage);
-      __syncthreads();   // the split tile complete for the tensor cores
-    }
+  cp_async_pipeline(k_tiles, load_stage, [&](int stage) {
+    split_stage(stage);
+    __syncthreads();   // the split tile complete for the tensor cores
     const float* As = a_stages + stage * A_STAGE;
     const float4 r0 = *reinterpret_cast<const float4*>(As + (warp_row + g) * GEMM_BK + 4 * t4);
     const float4 r8 = *reinterpret_cast<const float4*>(As + (warp_row + 8 + g) * GEMM_BK + 4 * t4);
@@ -533,7 +502,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     wgmma_fence();
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      const unsigned step = b_tile + q * SPLIT_STEP * 4;
+      const unsigned step = split_base + q * SPLIT_STEP * 4;
       const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
       const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
       mma(part, a_small[q], b_big, q);
@@ -570,25 +539,13 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const long long t0 = static_cast<long long>(group) * tpg;
   const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.tiles_padded * c_stride;
-  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
-#if MW_U_SPLIT
-  const int u_row = static_cast<int>(p.u_c_stride);
-  const long long u_plane = static_cast<long long>(k_stride) * u_row;
-  const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * 2 * u_plane;
-#else
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
-#endif
+  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
-#if MW_GEMM_WGMMA && !MW_U_SPLIT
-    const int u_row = 0;
-    const long long u_plane = 0;
-#endif
 #if MW_GEMM_WGMMA
-    for (; r + 128 <= tpg; r += 128)
-      gemm_tile_wgmma<128, false, MW_U_SPLIT>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride, 0, u_row, u_plane);
-    for (; r < tpg; r += 64)
-      gemm_tile_wgmma<64, false, MW_U_SPLIT>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride, 0, u_row, u_plane);
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #else
     for (; r + 128 <= tpg; r += 128) gemm_tile<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);

@@ -37,7 +37,7 @@ static_assert(__builtin_offsetof(TraceRow, sm) == 0 && __builtin_offsetof(TraceR
 
 // Runtime parameters of one plan (megawino/core/abi.py PARAM_FIELDS).
 struct Params {
-  long long U;  // float [alpha2][c_stride][k_stride], or [alpha2][2][k_stride][u_c_stride] where MW_U_SPLIT
+  long long U;  // float [alpha2][c_stride][k_stride]
   long long V;  // float [alpha2][tiles_padded][c_stride]
   long long Mbuf;  // float [alpha2][tiles_padded][k_stride]
   long long records;  // int32 [num_tasks][REC_FIELDS]
@@ -61,7 +61,6 @@ struct Params {
   long long tiles_padded;
   long long c_stride;
   long long k_stride;
-  long long u_c_stride;  // channels of a split U row
   long long input_channels_per_task;
   long long gemm_k_per_task;
   long long k_blocks;

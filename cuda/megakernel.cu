@@ -20,22 +20,17 @@ extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
 mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y,
               int* report) {
   using namespace mw;
-  // The scheduler's slot borrows the GEMM's shared memory (the block's whole 48 KB of static
-  // shared memory on the split-U GEMM): every thread copies the task in hand out of it before
-  // the task may overwrite it.
   __shared__ __align__(16) GemmSmem smem;
-  static_assert(sizeof(GemmSmem) >= sizeof(SchedSlot), "the slot fits");
-  SchedSlot& slot = *reinterpret_cast<SchedSlot*>(smem.floats);
+  __shared__ SchedSlot slot;
+  __shared__ int s_last;
   const Params& p = *params;
   for (;;) {
     if (threadIdx.x == 0) sched_fetch(p, slot);
     __syncthreads();
-    const SchedSlot task = slot;
+    if (slot.ticket < 0) break;
+    run_task(p, x, w, y, smem, slot.rec[REC_TYPE], slot.rec[REC_GROUP], slot.rec[REC_INDEX]);
     __syncthreads();
-    if (task.ticket < 0) break;
-    run_task(p, x, w, y, smem, task.rec[REC_TYPE], task.rec[REC_GROUP], task.rec[REC_INDEX]);
-    __syncthreads();
-    if (threadIdx.x == 0) sched_signal(p, task);
+    if (threadIdx.x == 0) sched_signal(p, slot);
   }
-  sched_exit(p, reinterpret_cast<int*>(smem.floats), report);
+  sched_exit(p, &s_last, report);
 }

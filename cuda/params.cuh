@@ -35,13 +35,3 @@
 #define MW_GEMM_WGMMA 0
 #endif
 #endif
-// The warpgroup-MMA GEMM reads U as the filter transform writes it split (megawino.core.tasks
-// Layout.u_split): TF32 big and small parts in wgmma's K-major core-matrix rows, so that no
-// block splits or rearranges its B tiles.  -DMW_U_SPLIT=0 keeps the fp32 [C][K] U (and the
-// per-block split) for A/B runs.
-#ifndef MW_U_SPLIT
-#define MW_U_SPLIT MW_GEMM_WGMMA
-#endif
-#if MW_U_SPLIT && !MW_GEMM_WGMMA
-#error "MW_U_SPLIT is the warpgroup-MMA GEMM's layout"
-#endif

@@ -85,6 +85,5 @@ def test_sm90a_build_uses_wgmma(source, tmp_path):
         assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
         return out.read_text()
     wgmma, plain = ptx(SM90A), ptx(("-arch=sm_90",))
-    assert "wgmma.mma_async" in wgmma and "mw_gemm_wgmma = 1" in wgmma and "mw_u_split = 1" in wgmma
+    assert "wgmma.mma_async" in wgmma and "mw_gemm_wgmma = 1" in wgmma
     assert "wgmma.mma_async" not in plain and re.search(r"\.u32 mw_gemm_wgmma( = 0)?;", plain)
-    assert re.search(r"\.u32 mw_u_split( = 0)?;", plain)

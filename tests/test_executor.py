@@ -6,15 +6,14 @@ from megawino.schedule.mapping import interleaved_mapping, sequential_mapping
 from megawino.core.spec import LayerSpec
 from megawino.core.task_sizes import build_graph
 from megawino.core.tasks import GEMM_BLOCK_ROWS, TaskParams
-from megawino.core.tensor_core import u_channel_order
 from megawino.core.winograd import direct_conv_nchw, rel_l2
 
 
-def run_case(spec, params, seed=0, order_fn=None, u_split=False):
+def run_case(spec, params, seed=0, order_fn=None):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(spec.input_shape).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
-    graph = build_graph(spec, params, u_split=u_split)
+    graph = build_graph(spec, params)
     order = (order_fn or (lambda g: interleaved_mapping(g, 3, 5, 2)))(graph)
     buffers = executor.execute(graph, order, x, w)
     x_nchw = x if spec.layout == "NCHW" else x.transpose(0, 3, 1, 2)
@@ -35,14 +34,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("u_split", [False, True], ids=["u_fp32", "u_split"])
 @pytest.mark.parametrize("case", CASES)
-def test_executor_matches_direct(case, u_split):
+def test_executor_matches_direct(case):
     n, c, k, h, w, pad, layout, m = case
     spec = LayerSpec(n, c, k, h, w, padding=pad, layout=layout)
     params = TaskParams(m=m, tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=6,
                         gemm_k_per_task=8, output_k_per_task=5, filter_pairs_per_task=37)
-    buffers, err = run_case(spec, params, u_split=u_split)
+    buffers, err = run_case(spec, params)
     assert err < 1e-5 if m == 4 else err < 1e-6
     for name in ("U", "V", "M", "y"):   # every element, padding included, was written
         assert not np.isnan(getattr(buffers, name)).any(), name
@@ -60,32 +58,6 @@ def test_executor_with_tile_split_transforms(input_tiles, output_tiles):
     assert err < 1e-5
     for name in ("U", "V", "M", "y"):
         assert np.array_equal(getattr(whole, name), getattr(split, name)), name
-
-
-def test_split_u_holds_the_tf32_parts_of_u():
-    """The split layout (the wgmma GEMM's, Layout.u_split) stores each value of the fp32 U as
-    two TF32 parts whose sum is within 2^-21 of it, channels in u_channel_order, zero padding."""
-    spec = LayerSpec(2, 21, 10, 9, 7)          # c_stride 24: the last 16-channel block half padding
-    params = TaskParams(tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=8,
-                        gemm_k_per_task=8, output_k_per_task=5, filter_pairs_per_task=53)
-    plain, _ = run_case(spec, params)
-    split, err = run_case(spec, params, u_split=True)
-    layout = build_graph(spec, params, u_split=True).layout
-    assert split.U.shape == (36, 2, 12, 32) and err < 1e-5
-    big, small = split.U[:, 0], split.U[:, 1]
-    for part in (big, small):                                   # TF32 bit patterns
-        assert not (part.view(np.uint32) & 0x1FFF).any()
-    assert np.all(np.abs(small) <= np.abs(big) * 2.0 ** -10)
-    for p in range(36):
-        u = layout.u_matrix(split.U, p)
-        assert u.shape == plain.U[p].shape
-        np.testing.assert_allclose(u, plain.U[p], rtol=2.0 ** -20, atol=0)
-    stored = np.arange(32)
-    channel = u_channel_order(stored)
-    assert np.array_equal(u_channel_order(channel), stored)     # its own inverse
-    assert list(channel[:8]) == [0, 4, 8, 12, 1, 5, 9, 13]
-    assert not split.U[:, :, :, stored[channel >= spec.C]].any()   # padding channels hold zeros
-    assert not split.U[:, :, spec.K:, :].any()
 
 
 def test_results_bitwise_identical_across_mappings():

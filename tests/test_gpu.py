@@ -368,11 +368,9 @@ def test_conv2d_api():
 
 def test_gemm_runs_wgmma_on_sm90(monkeypatch):
     """On compute capability 9.0 both Winograd modules are built for sm_90a and their GEMM runs
-    on warpgroup MMAs, reading U as the filter transform writes it split (Layout.u_split);
-    -DMW_U_SPLIT=0 splits fp32 U tiles in the block instead, -DMW_GEMM_WGMMA=0 keeps mma.sync.
-    All meet the fp32 bar and agree bitwise between megakernel and non-fused, and with each
-    other: the tensor cores sum each 16-term k tile the same way whichever instruction feeds
-    them, on the same TF32 parts."""
+    on warpgroup MMAs; -DMW_GEMM_WGMMA=0 keeps mma.sync.  Both meet the fp32 bar and agree
+    bitwise between megakernel and non-fused, and with each other: the tensor cores sum each
+    16-term k tile the same way whichever instruction feeds them."""
     import megawino
     from megawino.gpu import nvrtc
     cp = _cp()
@@ -381,13 +379,11 @@ def test_gemm_runs_wgmma_on_sm90(monkeypatch):
     x, w, xd, wd = _inputs(spec, 31)
     ref = direct_conv_nchw(x, w, 1, spec.padding)
     outs = {}
-    for wgmma_define in ("", "-DMW_U_SPLIT=0", "-DMW_GEMM_WGMMA=0"):
+    for wgmma_define in ("", "-DMW_GEMM_WGMMA=0"):
         monkeypatch.setenv(nvrtc.EXTRA_DEFINES_ENV, wgmma_define)
-        expect = capability == "90" and wgmma_define != "-DMW_GEMM_WGMMA=0"
+        expect = capability == "90" and not wgmma_define
         for kind in nvrtc.KERNEL_KINDS:
-            mod = nvrtc.module(kind, 4, "NCHW")
-            assert nvrtc.gemm_uses_wgmma(mod) == expect, (kind, wgmma_define)
-            assert nvrtc.module_flag(mod, "mw_u_split") == (expect and not wgmma_define), (kind, wgmma_define)
+            assert nvrtc.gemm_uses_wgmma(nvrtc.module(kind, 4, "NCHW")) == expect, (kind, wgmma_define)
         params = default_params(spec, m=4)
         y = _run(megawino.plan(spec, params=params), xd, wd)
         assert rel_l2(_to_nchw(spec, y), ref) < _tol(spec, 4), wgmma_define
@@ -395,7 +391,6 @@ def test_gemm_runs_wgmma_on_sm90(monkeypatch):
         assert bool((y2 == y).all()), f"{wgmma_define or 'default'}: megakernel and non-fused differ bitwise"
         outs[wgmma_define] = y
     if capability == "90":
-        assert bool((outs[""] == outs["-DMW_U_SPLIT=0"]).all()), "split and fp32 U differ bitwise"
         assert bool((outs[""] == outs["-DMW_GEMM_WGMMA=0"]).all()), "wgmma and mma.sync GEMMs differ bitwise"
 
 

@@ -18,7 +18,7 @@ from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 
 PARAM_FIELDS = (
     # device buffers (addresses)
-    ("U", "float [alpha2][c_stride][k_stride], or [alpha2][2][k_stride][u_c_stride] where MW_U_SPLIT"),
+    ("U", "float [alpha2][c_stride][k_stride]"),
     ("V", "float [alpha2][tiles_padded][c_stride]"),
     ("Mbuf", "float [alpha2][tiles_padded][k_stride]"),
     ("records", "int32 [num_tasks][REC_FIELDS]"),
@@ -32,7 +32,7 @@ PARAM_FIELDS = (
     ("out_h", ""), ("out_w", ""),
     # layout and task sizes (megawino.core.tasks.Layout, TaskParams)
     ("tiles_h", ""), ("tiles_w", ""), ("tiles", ""), ("tiles_per_group", ""),
-    ("tiles_padded", ""), ("c_stride", ""), ("k_stride", ""), ("u_c_stride", "channels of a split U row"),
+    ("tiles_padded", ""), ("c_stride", ""), ("k_stride", ""),
     ("input_channels_per_task", ""), ("gemm_k_per_task", ""), ("k_blocks", ""),
     ("output_k_per_task", ""), ("filter_pairs_per_task", ""),
     ("input_tiles_per_task", ""), ("output_tiles_per_task", ""),

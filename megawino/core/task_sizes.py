@@ -99,19 +99,17 @@ def buffer_bytes(layout: Layout) -> int:
     return 4 * (floats + records + layout.num_counters * COUNTER_STRIDE)
 
 
-def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = None,
-               u_split: bool = False) -> Layout:
+def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = None) -> Layout:
     """The layout of ``spec`` with ``params``, or a ValueError saying which int32 quantity of
     the kernels or the task records would overflow (or, given ``memory_bytes``, that the
     buffers do not fit): called before any record is built or buffer allocated."""
     if not isinstance(params, TaskParams):
         raise ValueError(f"params must be TaskParams, got {type(params).__name__}")
-    layout = Layout(spec, params, u_split)
+    layout = Layout(spec, params)
     limits = [
         ("C (channels)", spec.C), ("K (output channels)", spec.K), ("H", spec.H), ("W", spec.W),
         ("padding", spec.padding), ("padded channels (c_stride)", layout.c_stride),
         ("padded output channels (k_stride)", layout.k_stride),
-        ("filter pairs of one position (the filter tasks)", layout.u_pairs),
         ("padded tiles (the tile ids)", layout.tiles_padded),
         ("tasks plus one ticket fetch per block (the ticket head)", layout.num_tasks + TICKET_MARGIN),
         ("counter words (counter offsets)", layout.num_counters * COUNTER_STRIDE),
@@ -129,13 +127,12 @@ def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = N
     return layout
 
 
-def build_graph(spec: LayerSpec, params: TaskParams | None = None, u_split: bool = False) -> TaskGraph:
-    """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64);
-    ``u_split``: U in the warpgroup-MMA GEMM's layout (Layout.u_split)."""
+def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
+    """Build the task table of a Winograd layer (vectorised: it scales to VGG-16 at batch 64)."""
     spec.require_winograd()
     if params is None:
         params = default_params(spec)
-    layout = check_size(spec, params, u_split=u_split)
+    layout = check_size(spec, params)
     groups = layout.num_groups
     n_f, s_i, s_g, s_o = (layout.num_filter_tasks, layout.inputs_per_group,
                           layout.gemms_per_group, layout.outputs_per_group)

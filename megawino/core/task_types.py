@@ -91,8 +91,8 @@ def filter_work(layout, group, index):
     """Per (c, k) pair G g G^T: 2*(alpha*9 + alpha^2*3) flops; reads 9 floats, writes alpha^2."""
     p, a = layout.params, layout.alpha
     per = p.filter_pairs_per_task
-    pairs = _width(index * per, per, layout.u_pairs)
-    return pairs * 2 * (a * 9 + a * a * 3), pairs * 4 * (9 + a * a * (2 if layout.u_split else 1))
+    pairs = _width(index * per, per, layout.c_stride * layout.k_stride)
+    return pairs * 2 * (a * 9 + a * a * 3), pairs * 4 * (9 + a * a)
 
 
 def input_work(layout, group, index):

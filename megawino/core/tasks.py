@@ -27,7 +27,6 @@ import networkx as nx
 import numpy as np
 
 from .spec import LayerSpec
-from .tensor_core import U_SPLIT_BLOCK, u_channel_order
 from .winograd import tiles_for
 
 
@@ -146,17 +145,10 @@ class Layout:
     M[alpha2][tiles_padded][k_stride].  Padding rows / channels hold zeros: the
     tasks that write a buffer also write its padding, so no buffer relies on
     having been cleared.
-
-    ``u_split``: U is stored the way the warpgroup-MMA GEMM's tensor cores read it
-    (cuda/gemm.cuh), U[alpha2][2][k_stride][u_c_stride]: the TF32 big and small parts of
-    each value (:func:`split_tf32`), C contiguous in blocks of 16 whose channels are stored
-    4 x 4 transposed (:func:`u_channel_order`), so that each 16-byte chunk is one row of a
-    wgmma core matrix.  :meth:`u_matrix` reads either layout back as [c_stride][k_stride].
     """
 
     spec: LayerSpec
     params: TaskParams
-    u_split: bool = False
 
     @property
     def alpha(self) -> int:
@@ -195,36 +187,8 @@ class Layout:
         return round_up(self.spec.K, K_ALIGN)
 
     @property
-    def u_c_stride(self) -> int:
-        """Channels of one U row: c_stride, or whole blocks of 16 in the split layout."""
-        return round_up(self.c_stride, U_SPLIT_BLOCK) if self.u_split else self.c_stride
-
-    @property
-    def u_pairs(self) -> int:
-        """(c, k) pairs of one position of U, padding included: the filter tasks' range."""
-        return self.u_c_stride * self.k_stride
-
-    @property
-    def u_shape(self) -> tuple[int, ...]:
-        if self.u_split:
-            return (self.alpha2, 2, self.k_stride, self.u_c_stride)
+    def u_shape(self) -> tuple[int, int, int]:
         return (self.alpha2, self.c_stride, self.k_stride)
-
-    def filter_pair_channels(self, q):
-        """(c, k) of pair ``q`` of U: consecutive pairs are consecutive addresses of one
-        position, so q = c * k_stride + k, or k * u_c_stride + (stored channel) when split."""
-        if not self.u_split:
-            return np.divmod(q, self.k_stride)
-        k, stored = np.divmod(q, self.u_c_stride)
-        return u_channel_order(stored), k
-
-    def u_matrix(self, U, position: int):
-        """U[position] as a [c_stride][k_stride] float32 matrix (NumPy or CuPy, as U)."""
-        if not self.u_split:
-            return U[position]
-        value = U[position, 0] + U[position, 1]          # exact: the parts span 22 bits
-        blocks = value.reshape(self.k_stride, -1, 4, 4).swapaxes(2, 3)   # u_channel_order
-        return blocks.reshape(self.k_stride, -1)[:, :self.c_stride].T
 
     @property
     def v_shape(self) -> tuple[int, int, int]:
@@ -237,7 +201,7 @@ class Layout:
     # ---- task counts -------------------------------------------------
     @property
     def num_filter_tasks(self) -> int:           # N_F
-        return -(-self.u_pairs // self.params.filter_pairs_per_task)
+        return -(-(self.c_stride * self.k_stride) // self.params.filter_pairs_per_task)
 
     @property
     def input_tile_parts(self) -> int:           # input tasks per channel chunk of a group
@@ -271,7 +235,7 @@ class Layout:
     # ---- slices a task covers (the CPU executor and the kernels agree on these) ----
     def filter_pair_range(self, index: int) -> tuple[int, int]:
         per = self.params.filter_pairs_per_task
-        return index * per, min(self.u_pairs, (index + 1) * per)
+        return index * per, min(self.c_stride * self.k_stride, (index + 1) * per)
 
     def group_tile_range(self, group: int) -> tuple[int, int]:
         t = self.params.tiles_per_group

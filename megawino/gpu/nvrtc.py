@@ -181,21 +181,11 @@ def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str =
     return mod
 
 
-def module_int(mod, name: str) -> int:
-    """An ``extern "C" __device__ int`` of a compiled module: what the build chose."""
-    cupy = cupy_module()
-    return int(cupy.ndarray((1,), cupy.int32, memptr=mod.get_global(name)).get()[0])
-
-
-def module_flag(mod, name: str) -> bool:
-    """A build flag of a compiled module: ``mw_gemm_wgmma`` (the GEMM runs on warpgroup MMAs),
-    ``mw_u_split`` (U in the wgmma GEMM's layout: Layout.u_split)."""
-    return bool(module_int(mod, name))
-
-
 def gemm_uses_wgmma(mod) -> bool:
     """Whether a compiled Winograd module's GEMM runs on warpgroup MMAs (its ``mw_gemm_wgmma``)."""
-    return module_flag(mod, "mw_gemm_wgmma")
+    cupy = cupy_module()
+    flag = cupy.ndarray((1,), cupy.int32, memptr=mod.get_global("mw_gemm_wgmma"))
+    return bool(int(flag.get()[0]))
 
 
 def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:

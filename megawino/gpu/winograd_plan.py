@@ -24,7 +24,7 @@ from ..tuning import table as tuning
 from . import weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, without_filter_tasks
-from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math, module_flag,
+from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
                     cupy_module, module)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
@@ -102,7 +102,7 @@ class Plan:
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
         self.params = params
-        self.graph = build_graph(spec, self.params, u_split=module_flag(mod, "mw_u_split"))
+        self.graph = build_graph(spec, self.params)
         self.task_layout = self.graph.layout   # buffers, task counts, counters (spec.layout: NCHW / NHWC)
         # Validate the mapping on the host before anything is allocated or launched.
         self.order = resolve_order(self.graph, mapping)
@@ -163,7 +163,7 @@ class Plan:
             "out_h": spec.out_h, "out_w": spec.out_w,
             "tiles_h": lay.tiles_h, "tiles_w": lay.tiles_w, "tiles": lay.tiles,
             "tiles_per_group": par.tiles_per_group, "tiles_padded": lay.tiles_padded,
-            "c_stride": lay.c_stride, "k_stride": lay.k_stride, "u_c_stride": lay.u_c_stride,
+            "c_stride": lay.c_stride, "k_stride": lay.k_stride,
             "input_channels_per_task": par.input_channels_per_task,
             "gemm_k_per_task": par.gemm_k_per_task, "k_blocks": lay.k_blocks,
             "output_k_per_task": par.output_k_per_task,

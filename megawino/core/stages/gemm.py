@@ -10,4 +10,4 @@ def run_task(layout, buffers, group: int, index: int, tf) -> None:
     t0, t1 = layout.group_tile_range(group)
     # One fixed reduction over all of C per output element: no split-K, so the
     # result cannot depend on the mapping.
-    np.matmul(buffers.V[p, t0:t1, :], layout.u_matrix(buffers.U, p)[:, k0:k1], out=buffers.M[p, t0:t1, k0:k1])
+    np.matmul(buffers.V[p, t0:t1, :], buffers.U[p, :, k0:k1], out=buffers.M[p, t0:t1, k0:k1])
