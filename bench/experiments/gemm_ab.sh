@@ -23,14 +23,16 @@ out = pathlib.Path(sys.argv[1])
 runs = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
 def rows(doc):
     return {r["name"]: r for r in doc.get("layers", [])}
+def num(value):   # a ratio a variant run did not measure (its --backends) is None
+    return float("nan") if value is None else value
 names = list(rows(runs["default"]))
 print("layer".ljust(22) + "".join(f"{k[:20]:>22}" for k in runs) + "   (ours us | gemm x sgemm | x best cuDNN)")
 for n in names:
     cells = []
     for k, doc in runs.items():
         d = rows(doc).get(n, {}).get("derived", {})
-        cells.append(f"{d.get('ours_us', float('nan')):.0f}|{d.get('gemm_efficiency_vs_cublas', float('nan')):.2f}"
-                     f"|{d.get('ratio_cudnn_best_any_over_ours', float('nan')):.2f}")
+        cells.append(f"{num(d.get('ours_us')):.0f}|{num(d.get('gemm_efficiency_vs_cublas')):.2f}"
+                     f"|{num(d.get('ratio_cudnn_best_any_over_ours')):.2f}")
     print(n.ljust(22) + "".join(f"{c:>22}" for c in cells))
 for k, doc in runs.items():
     s = doc.get("summary", {})
@@ -39,7 +41,7 @@ for k, doc in runs.items():
 PY
 # Optional: ncu's speed-of-light and warp-state sections of the non-fused GEMM kernel on the
 # layers in $NCU_LAYERS (comma-separated), default build.
-for layer in ${NCU_LAYERS//,/ }; do
+for layer in ${NCU_LAYERS:+${NCU_LAYERS//,/ }}; do
   ncu --section SpeedOfLight --section WarpStateStats --section Occupancy -k regex:mw_gemm_kernel -c 1 \
     python3 "$repo/bench/run_layer.py" "$layer" --algo nonfused --runs 1 > "$out/ncu-$layer.txt" 2>&1
   echo "== ncu $layer: exit $?"
