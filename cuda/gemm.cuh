@@ -316,9 +316,11 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 
 // The cp.async ring both tiles run: stages 0 .. GEMM_STAGES - 2 in flight first, then per k
 // tile: wait for it, one barrier (stage kt visible to all, the stage the next copy overwrites
-// no longer read), the copy GEMM_STAGES - 1 tiles ahead, and multiply(kt, stage).
-template <class LoadStage, class Multiply>
-__device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Multiply multiply) {
+// no longer read), prepare(stage), the copy GEMM_STAGES - 1 tiles ahead, and multiply(stage).
+// prepare runs before the copy is issued because a fence in it would wait for that copy.
+template <class LoadStage, class Prepare, class Multiply>
+__device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
+                                                  Multiply multiply) {
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
@@ -327,13 +329,19 @@ __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_st
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<GEMM_STAGES - 2>();
     __syncthreads();
+    const int stage = kt % GEMM_STAGES;
+    prepare(stage);
     const int nk = kt + GEMM_STAGES - 1;
     if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
     cp_async_commit();
-    multiply(kt % GEMM_STAGES);
+    multiply(stage);
   }
   cp_async_wait<0>();
   __syncthreads();   // shared memory free for the next tile / task
+}
+template <class LoadStage, class Multiply>
+__device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Multiply multiply) {
+  cp_async_pipeline(k_tiles, load_stage, [](int) {}, multiply);
 }
 
 // One ROWS x 64 output tile: rows [row0, row0 + ROWS) of Vp / Mp, columns [col0, col0 + 64) of
@@ -454,16 +462,29 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  auto load_stage = [&](int kt, int stage) {
-    const int kbase = kt * GEMM_BK;
+  // The ring asks for k tiles in order 0, 1, 2, ...: the sources advance by one k tile a call.
+  bool a_row_ok[A_PER_THREAD];
+  unsigned a_dst[A_PER_THREAD];
+#pragma unroll
+  for (int r = 0; r < A_PER_THREAD; ++r) {
+    a_row_ok[r] = !ROW_BOUND || row0 + a_row[r] < row_end;
+    a_dst[r] = smem_addr(a_stages + a_row[r] * GEMM_BK + a_ch);
+  }
+  const unsigned b_dst = smem_addr(b_stages + b_k * GEMM_BN + b_col);
+  const long long b_step = static_cast<long long>(GEMM_BK) * k_stride;
+  int a_left = c_stride - a_ch, b_left = c_stride - b_k;   // k still ahead of this thread's chunk
+  auto load_stage = [&](int, int stage) {
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
-      const bool ok = kbase + a_ch < c_stride && (!ROW_BOUND || row0 + a_row[r] < row_end);
-      cp_async_cg16(a_stages + stage * A_STAGE + a_row[r] * GEMM_BK + a_ch, ok ? a_src[r] + kbase : Vp, ok);
+      const bool ok = a_left > 0 && a_row_ok[r];
+      cp_async_cg16_shared(a_dst[r] + stage * (A_STAGE * 4), ok ? a_src[r] : Vp, ok);
+      a_src[r] += GEMM_BK;
     }
-    const bool ok = b_col_ok && kbase + b_k < c_stride;
-    cp_async_cg16(b_stages + stage * B_STAGE + b_k * GEMM_BN + b_col,
-                  ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
+    const bool ok = b_col_ok && b_left > 0;
+    cp_async_cg16_shared(b_dst + stage * (B_STAGE * 4), ok ? b_src : Up, ok);
+    b_src += b_step;
+    a_left -= GEMM_BK;
+    b_left -= GEMM_BK;
   };
   // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3.  The A fragment pairs
   // k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4), so row 4 kc + j
@@ -489,8 +510,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   float acc[WG_N / 2];
 #pragma unroll
   for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  cp_async_pipeline(k_tiles, load_stage, [&](int stage) {
-    split_stage(stage);
+  cp_async_pipeline(k_tiles, load_stage, split_stage, [&](int stage) {
     __syncthreads();   // the split tile complete for the tensor cores
     const float* As = a_stages + stage * A_STAGE;
     const float4 r0 = *reinterpret_cast<const float4*>(As + (warp_row + g) * GEMM_BK + 4 * t4);

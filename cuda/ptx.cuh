@@ -17,6 +17,12 @@ __device__ __forceinline__ void cp_async_cg16(float* smem, const float* gmem, bo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
                : "memory");
 }
+// The same with the shared-memory address already in the shared window.
+__device__ __forceinline__ void cp_async_cg16_shared(unsigned smem, const float* gmem, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes)
+               : "memory");
+}
 // 4-byte global -> shared copy through L1 (.ca: gathers reuse neighbouring words); !valid zero-fills.
 __device__ __forceinline__ void cp_async_ca4(float* smem, const float* gmem, bool valid) {
   const unsigned s = smem_addr(smem);
