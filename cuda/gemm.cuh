@@ -510,14 +510,19 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   float acc[WG_N / 2];
 #pragma unroll
   for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  cp_async_pipeline(k_tiles, load_stage, split_stage, [&](int stage) {
-    __syncthreads();   // the split tile complete for the tensor cores
+  // The warp's A fragments of the k tile, read and split before the second barrier (stage kt is
+  // complete after the first) so that their shared-memory latency hides behind the B split.
+  unsigned a_big[2][4], a_small[2][4];
+  auto prepare = [&](int stage) {
     const float* As = a_stages + stage * A_STAGE;
     const float4 r0 = *reinterpret_cast<const float4*>(As + (warp_row + g) * GEMM_BK + 4 * t4);
     const float4 r8 = *reinterpret_cast<const float4*>(As + (warp_row + 8 + g) * GEMM_BK + 4 * t4);
-    unsigned a_big[2][4], a_small[2][4];
+    split_stage(stage);
 #pragma unroll
     for (int q = 0; q < 2; ++q) split_a_step(r0, r8, q, a_big[q], a_small[q]);
+  };
+  cp_async_pipeline(k_tiles, load_stage, prepare, [&](int) {
+    __syncthreads();   // the split tile complete for the tensor cores
     float part[WG_N / 2];
     wgmma_fence();
 #pragma unroll
