@@ -4,9 +4,10 @@
 // tensor cores (MW_GEMM_TF32X3=1: fp32-level error at tensor-core speed) or as one FFMA chain per
 // element (MW_GEMM_TF32X3=0).
 //
-// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 tile), 256 threads, BK = 16,
-// a GEMM_STAGES-deep cp.async ring of 16-byte copies (L1 bypassed: .cg; cp_async_pipeline),
-// V rows (C contiguous) as A, U rows (K contiguous) as B.  gemm_tile multiplies with mma.sync or
+// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 tile), 256 threads, a cp.async
+// ring of 16-byte copies (L1 bypassed: .cg; cp_async_pipeline; GEMM_STAGES of BK = 16, or
+// WGMMA_STAGES of WGMMA_BK = 32 for the wgmma tile), V rows (C contiguous) as A, U rows (K
+// contiguous) as B.  gemm_tile multiplies with mma.sync or
 // FFMA (the fragment types Tf32x3Fragments, FfmaFragments); gemm_tile_wgmma multiplies 3xTF32 on
 // warpgroup MMAs where the build targets sm_90a (MW_GEMM_WGMMA).  Every output element is one
 // fixed reduction over k = 0 .. c_stride-1: no split-K, no atomics, the same bits for every
@@ -28,18 +29,35 @@ static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
 static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
 static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 
+#if MW_GEMM_WGMMA
+// The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles, each summed on its
+// own as in the mma.sync tile), so that a block meets at its barriers once per 32 k.
+constexpr int WGMMA_BK = 32;
+constexpr int WGMMA_STAGES = 3;
+#endif
+
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
 // of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
 // need less), so that the block's shared-memory footprint, and with it the L1 / shared split
 // the kernels are tuned under, is that of the padded layouts.
-// The warpgroup-MMA tile adds the split B tile (big and small parts) the tensor cores read.
+// The warpgroup-MMA tile: its A and B stages and the split B of a stage (big and small parts)
+// the tensor cores read.
 struct GemmSmem {
 #if MW_GEMM_WGMMA
-  float floats[GEMM_STAGES * (GEMM_BM * GEMM_BK + GEMM_BK * GEMM_BN) + 2 * GEMM_BK * GEMM_BN];
+  float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
 #else
   float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 || MW_GEMM_BF16X3 ? 8 : 0)))];
 #endif
 };
+
+// The kernels that run GEMM tiles keep GemmSmem in dynamic shared memory (the wgmma tile's is
+// over the 48 KB a static array may take); every launch passes mw_gemm_smem_bytes
+// (megawino.gpu.nvrtc.GemmSmemKernel).
+extern "C" __device__ int mw_gemm_smem_bytes = static_cast<int>(sizeof(GemmSmem));
+__device__ __forceinline__ GemmSmem& gemm_smem() {
+  extern __shared__ __align__(128) unsigned char mw_dynamic_smem[];
+  return *reinterpret_cast<GemmSmem*>(mw_dynamic_smem);
+}
 
 // x = big + small, both TF32 bit patterns (low 13 mantissa bits zero): big rounds x to nearest
 // (ties away, as cvt.rna.tf32.f32, in two integer ops: x is finite), small = x - big (exact in
@@ -314,34 +332,31 @@ template <int ROWS> using GemmFragments = Tf32x3Fragments<ROWS>;
 template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 #endif
 
-// The cp.async ring both tiles run: stages 0 .. GEMM_STAGES - 2 in flight first, then per k
-// tile: wait for it, one barrier (stage kt visible to all, the stage the next copy overwrites
-// no longer read), prepare(stage), the copy GEMM_STAGES - 1 tiles ahead, and multiply(stage).
-// prepare runs before the copy is issued because a fence in it would wait for that copy.
-template <class LoadStage, class Prepare, class Multiply>
+// The cp.async ring both tiles run (STAGES deep): stages 0 .. STAGES - 2 in flight first, then
+// per k tile: wait for it, one barrier (stage kt visible to all, the stage the next copy
+// overwrites no longer read), prepare(stage), the copy STAGES - 1 tiles ahead, and
+// multiply(stage).  prepare runs before the copy is issued because a fence in it would wait for
+// that copy.
+template <int STAGES, class LoadStage, class Prepare, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
                                                   Multiply multiply) {
 #pragma unroll
-  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+  for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<GEMM_STAGES - 2>();
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const int stage = kt % GEMM_STAGES;
+    const int stage = kt % STAGES;
     prepare(stage);
-    const int nk = kt + GEMM_STAGES - 1;
-    if (nk < k_tiles) load_stage(nk, nk % GEMM_STAGES);
+    const int nk = kt + STAGES - 1;
+    if (nk < k_tiles) load_stage(nk, nk % STAGES);
     cp_async_commit();
     multiply(stage);
   }
   cp_async_wait<0>();
   __syncthreads();   // shared memory free for the next tile / task
-}
-template <class LoadStage, class Multiply>
-__device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Multiply multiply) {
-  cp_async_pipeline(k_tiles, load_stage, [](int) {}, multiply);
 }
 
 // One ROWS x 64 output tile: rows [row0, row0 + ROWS) of Vp / Mp, columns [col0, col0 + 64) of
@@ -403,30 +418,37 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
                   ok ? b_src + static_cast<long long>(kbase) * k_stride : Up, ok);
   };
 
-  cp_async_pipeline(k_tiles, load_stage, [&](int stage) { frag.multiply(acc, a_stage(stage), b_stage(stage)); });
+  cp_async_pipeline<GEMM_STAGES>(k_tiles, load_stage, [](int) {},
+                                 [&](int stage) { frag.multiply(acc, a_stage(stage), b_stage(stage)); });
   frag.template store<ROW_BOUND>(acc, Mp, row0, col0, col_end, k_stride, row_end);
 }
 
 #if MW_GEMM_WGMMA
 // 3xTF32 on warpgroup MMAs (sm_90a).  The block's two warpgroups own 64-row halves of a 128 x 64
-// tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) and B (U rows)
-// come through the cp.async ring as in gemm_tile; A goes into registers, read and split as in
-// Tf32x3Fragments, and the tensor cores read B from shared memory, so each k tile's B stage is
-// split once per block into big and small parts laid out as wgmma's unswizzled K-major core
-// matrices.  Products and their order per element are those of Tf32x3Fragments: each 16-term k
-// tile is summed from zero on the tensor cores, then added to the fp32 accumulator with one
-// round-to-nearest FADD (which makes the results bitwise those of the mma.sync build).
+// tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) comes through
+// the cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor
+// cores read B from shared memory as the big and small parts of wgmma's unswizzled K-major core
+// matrices, split once per block and stage.  Products and their order per element are those of
+// Tf32x3Fragments: each 16-term sub-tile is summed from zero on the tensor cores, then added to
+// the fp32 accumulator with one round-to-nearest FADD (which makes the results bitwise those of
+// the mma.sync build).
 namespace wgmma_tile {
-constexpr int A_STAGE = GEMM_BM * GEMM_BK;
-constexpr int B_STAGE = GEMM_BK * GEMM_BN;
+constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
+constexpr int A_STAGE = GEMM_BM * WGMMA_BK;
+constexpr int B_STAGE = WGMMA_BK * GEMM_BN;
 constexpr int SPLIT_STEP = GEMM_BN * 8;        // floats of one k8 step of one part
-constexpr int SPLIT_PART = 2 * SPLIT_STEP;     // one part (big or small) of a k tile
+constexpr int SPLIT_PART = 2 * SPLIT_STEP;     // one part (big or small) of a 16-k sub-tile
+constexpr int SPLIT_SUBTILE = 2 * SPLIT_PART;  // both parts of a sub-tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
-// Shared memory: GEMM_STAGES A stages, GEMM_STAGES B stages, then the split B tile.
-static_assert(GEMM_STAGES * (A_STAGE + B_STAGE) + 2 * SPLIT_PART <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)),
-              "stages fit");
-static_assert(GEMM_BK == 16 && BLOCK_THREADS == 4 * GEMM_BN, "each thread splits 4 k of one B column");
+// Shared memory: WGMMA_STAGES A stages, WGMMA_STAGES B stages, then the split B of a stage.
+static_assert(WGMMA_STAGES * (A_STAGE + B_STAGE) + SUBTILES * SPLIT_SUBTILE <=
+              static_cast<int>(sizeof(GemmSmem) / sizeof(float)), "stages fit");
+static_assert(GEMM_BK == 16 && WGMMA_BK % GEMM_BK == 0 && BLOCK_THREADS == 4 * GEMM_BN,
+              "each thread splits 4 k of one B column per sub-tile");
+// A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
+// a quarter warp's fragment reads (rows g = 0, 1, four chunks each) hit 32 distinct banks.
+__device__ __forceinline__ int a_swizzle(int row) { return (row & 1) << 2; }
 }  // namespace wgmma_tile
 
 template <int ROWS, bool ROW_BOUND = false>
@@ -437,67 +459,71 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   constexpr int WARPGROUPS = BLOCK_THREADS / 128;
   constexpr int WARPGROUPS_M = ROWS / 64;
   constexpr int WG_N = GEMM_BN / (WARPGROUPS / WARPGROUPS_M);   // columns of one warpgroup's MMA
-  constexpr int A_CHUNKS = ROWS * (GEMM_BK / 4);
+  constexpr int A_CHUNKS = ROWS * (WGMMA_BK / 4);
   constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;
-  static_assert(A_CHUNKS % BLOCK_THREADS == 0 && (WG_N == 64 || WG_N == 32), "tile shape");
+  constexpr int B_PER_THREAD = B_STAGE / 4 / BLOCK_THREADS;
+  static_assert(A_CHUNKS % BLOCK_THREADS == 0 && B_PER_THREAD == SUBTILES && (WG_N == 64 || WG_N == 32),
+                "tile shape");
   float* const a_stages = sm.floats;
-  float* const b_stages = a_stages + GEMM_STAGES * A_STAGE;
-  float* const split = b_stages + GEMM_STAGES * B_STAGE;
+  float* const b_stages = a_stages + WGMMA_STAGES * A_STAGE;
+  float* const split = b_stages + WGMMA_STAGES * B_STAGE;
   const int tid = thread_index();
   const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int warp_row = ((warp >> 2) % WARPGROUPS_M) * 64 + 16 * (warp & 3);
   const int warp_col = ((warp >> 2) / WARPGROUPS_M) * WG_N;
 
-  // Copies: thread chunk r of an A stage is row (tid + r * BLOCK_THREADS) / 4, k (tid % 4) * 4;
-  // its B chunk is k row tid / 16, columns (tid % 16) * 4 .. + 3.
-  int a_row[A_PER_THREAD];
-  const float* a_src[A_PER_THREAD];
-  const int a_ch = (tid & 3) * 4;
-#pragma unroll
-  for (int r = 0; r < A_PER_THREAD; ++r) {
-    a_row[r] = (tid + r * BLOCK_THREADS) >> 2;
-    a_src[r] = Vp + (row0 + a_row[r]) * c_stride + a_ch;
-  }
+  // Copies: chunk r of an A stage is row tid / 8 + r * A_ROW_STEP, k 4 (tid % 8) .. + 3 (a
+  // warp copies 4 whole 128-byte rows); B chunk r is k row tid / 16 + 16 r, columns
+  // (tid % 16) * 4 .. + 3.  The ring asks for k tiles in order 0, 1, 2, ...: the sources
+  // advance by one k tile a call.
+  constexpr int A_ROW_STEP = BLOCK_THREADS / 8;   // rows between a thread's chunks
+  const int a_chunk = tid & 7, a_row0 = tid >> 3;
+  const float* a_src = Vp + (row0 + a_row0) * c_stride + 4 * a_chunk;
+  const long long a_src_step = static_cast<long long>(A_ROW_STEP) * c_stride;
+  // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
+  const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
+  static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
   const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  // The ring asks for k tiles in order 0, 1, 2, ...: the sources advance by one k tile a call.
-  bool a_row_ok[A_PER_THREAD];
-  unsigned a_dst[A_PER_THREAD];
-#pragma unroll
-  for (int r = 0; r < A_PER_THREAD; ++r) {
-    a_row_ok[r] = !ROW_BOUND || row0 + a_row[r] < row_end;
-    a_dst[r] = smem_addr(a_stages + a_row[r] * GEMM_BK + a_ch);
-  }
   const unsigned b_dst = smem_addr(b_stages + b_k * GEMM_BN + b_col);
-  const long long b_step = static_cast<long long>(GEMM_BK) * k_stride;
-  int a_left = c_stride - a_ch, b_left = c_stride - b_k;   // k still ahead of this thread's chunk
+  const long long b_sub_step = static_cast<long long>(GEMM_BK) * k_stride;
+  int k_left = c_stride;   // k from the next copied tile on
   auto load_stage = [&](int, int stage) {
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
-      const bool ok = a_left > 0 && a_row_ok[r];
-      cp_async_cg16_shared(a_dst[r] + stage * (A_STAGE * 4), ok ? a_src[r] : Vp, ok);
-      a_src[r] += GEMM_BK;
+      const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
+      cp_async_cg16_shared(a_dst + (stage * A_STAGE + r * A_ROW_STEP * WGMMA_BK) * 4, ok ? a_src + r * a_src_step : Vp,
+                           ok);
     }
-    const bool ok = b_col_ok && b_left > 0;
-    cp_async_cg16_shared(b_dst + stage * (B_STAGE * 4), ok ? b_src : Up, ok);
-    b_src += b_step;
-    a_left -= GEMM_BK;
-    b_left -= GEMM_BK;
+    a_src += WGMMA_BK;
+#pragma unroll
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const bool ok = b_col_ok && k_left > b_k + GEMM_BK * r;
+      cp_async_cg16_shared(b_dst + (stage * B_STAGE + r * GEMM_BK * GEMM_BN) * 4, ok ? b_src + r * b_sub_step : Up,
+                           ok);
+    }
+    b_src += SUBTILES * b_sub_step;
+    k_left -= WGMMA_BK;
   };
-  // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3.  The A fragment pairs
-  // k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4), so row 4 kc + j
-  // is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix row per part.
+  // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3, of each sub-tile.  The A
+  // fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4),
+  // so row 4 kc + j is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix
+  // row per part.
   const int n = tid % GEMM_BN, j = tid / GEMM_BN;
   float* const split_row = split + (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4;
   auto split_stage = [&](int stage) {
-    const float* raw = b_stages + stage * B_STAGE + j * GEMM_BN + n;
-    unsigned big[4], small[4];
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
-    *reinterpret_cast<uint4*>(split_row) = make_uint4(big[0], big[1], big[2], big[3]);
-    *reinterpret_cast<uint4*>(split_row + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
+    for (int sub = 0; sub < SUBTILES; ++sub) {
+      const float* raw = b_stages + stage * B_STAGE + (sub * GEMM_BK + j) * GEMM_BN + n;
+      unsigned big[4], small[4];
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
+      float* const dst = split_row + sub * SPLIT_SUBTILE;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(big[0], big[1], big[2], big[3]);
+      *reinterpret_cast<uint4*>(dst + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
+    }
     fence_proxy_async_smem();
   };
   auto mma = [](float (&d)[WG_N / 2], const unsigned (&a)[4], unsigned long long b, int accumulate) {
@@ -506,39 +532,61 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   };
   const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
 
-  const int k_tiles = (c_stride + GEMM_BK - 1) / GEMM_BK;
+  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
   float acc[WG_N / 2];
 #pragma unroll
   for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  // The warp's A fragments of the k tile, read and split before the second barrier (stage kt is
-  // complete after the first) so that their shared-memory latency hides behind the B split.
+  // The warp's A fragments (rows g and g + 8, k 4 t4 .. + 3 of a sub-tile): sub-tile 0's read
+  // before the B split and split after it (the stage is complete after the first barrier), so
+  // that their shared-memory latency hides behind it; the next sub-tile's once the previous
+  // one's MMAs are done with the registers.
+  const int a_row = warp_row + g;
+  const int a_col = 4 * t4, a_sw = 4 * a_swizzle(a_row);
+  float4 a_raw[2];
   unsigned a_big[2][4], a_small[2][4];
-  auto prepare = [&](int stage) {
-    const float* As = a_stages + stage * A_STAGE;
-    const float4 r0 = *reinterpret_cast<const float4*>(As + (warp_row + g) * GEMM_BK + 4 * t4);
-    const float4 r8 = *reinterpret_cast<const float4*>(As + (warp_row + 8 + g) * GEMM_BK + 4 * t4);
-    split_stage(stage);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) split_a_step(r0, r8, q, a_big[q], a_small[q]);
+  auto read_a = [&](int stage, int sub) {
+    const float* As = a_stages + stage * A_STAGE + a_row * WGMMA_BK + ((sub * GEMM_BK + a_col) ^ a_sw);
+    a_raw[0] = *reinterpret_cast<const float4*>(As);
+    a_raw[1] = *reinterpret_cast<const float4*>(As + 8 * WGMMA_BK);
   };
-  cp_async_pipeline(k_tiles, load_stage, prepare, [&](int) {
-    __syncthreads();   // the split tile complete for the tensor cores
-    float part[WG_N / 2];
-    wgmma_fence();
+  auto split_a = [&] {
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const unsigned step = split_base + q * SPLIT_STEP * 4;
-      const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
-      const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
-      mma(part, a_small[q], b_big, q);
-      mma(part, a_big[q], b_small, 1);
-      mma(part, a_big[q], b_big, 1);
+    for (int q = 0; q < 2; ++q) split_a_step(a_raw[0], a_raw[1], q, a_big[q], a_small[q]);
+  };
+  auto prepare = [&](int stage) {
+    read_a(stage, 0);
+    split_stage(stage);
+    split_a();
+  };
+  int k_rest = c_stride;   // k from this stage on
+  cp_async_pipeline<WGMMA_STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
+    __syncthreads();   // the split stage complete for the tensor cores
+#pragma unroll
+    for (int sub = 0; sub < SUBTILES; ++sub) {
+      // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
+      if (sub > 0) {
+        if (k_rest <= sub * GEMM_BK) break;
+        read_a(stage, sub);
+        split_a();
+      }
+      float part[WG_N / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const unsigned step = split_base + (sub * SPLIT_SUBTILE + q * SPLIT_STEP) * 4;
+        const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
+        const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
+        mma(part, a_small[q], b_big, q);
+        mma(part, a_big[q], b_small, 1);
+        mma(part, a_big[q], b_big, 1);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_operands(part);
+#pragma unroll
+      for (int i = 0; i < WG_N / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
     }
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_operands(part);
-#pragma unroll
-    for (int i = 0; i < WG_N / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+    k_rest -= WGMMA_BK;
   });
   // C fragment of n8 block nb: rows g and g + 8, columns 8 nb + 2 t4 and 8 nb + 2 t4 + 1.
 #pragma unroll

@@ -37,7 +37,7 @@ mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
 mw_gemm_kernel(const mw::Params* __restrict__ params, int first_task) {
   using namespace mw;
-  __shared__ __align__(16) GemmSmem smem;
+  GemmSmem& smem = gemm_smem();
   const Params& p = *params;
   const int* rec = task_record(p, first_task, gemm_position_major_block(p));
   const int group = rec[REC_GROUP], index = rec[REC_INDEX];

@@ -20,7 +20,7 @@ extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
 mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y,
               int* report) {
   using namespace mw;
-  __shared__ __align__(16) GemmSmem smem;
+  GemmSmem& smem = gemm_smem();
   __shared__ SchedSlot slot;
   __shared__ int s_last;
   const Params& p = *params;

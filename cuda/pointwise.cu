@@ -14,7 +14,7 @@ template <int ROWS>
 __device__ __forceinline__ void pointwise_tile(const float* a, const float* b, float* y, int rows, int cols,
                                                int channels, long long a_batch, long long b_batch,
                                                long long y_batch) {
-  __shared__ __align__(16) GemmSmem smem;
+  GemmSmem& smem = gemm_smem();
   const long long batch = blockIdx.z;
   const long long row0 = static_cast<long long>(blockIdx.x) * ROWS;
   const int col0 = static_cast<int>(blockIdx.y) * GEMM_BN;

@@ -161,8 +161,11 @@ def test_conv2d_cpu_batches_bound_its_buffers(monkeypatch, layout):
     seen.clear()
     whole = megawino.conv2d_cpu(x, w, layout=layout)
     assert [n for n, _ in seen] == [7]
-    np.testing.assert_allclose(y, whole, rtol=1e-6, atol=1e-6)        # BLAS may block batches
-    np.testing.assert_allclose(one_by_one, whole, rtol=1e-6, atol=1e-6)   # differently
+    # BLAS may block batches differently, and the Winograd transforms amplify the float32
+    # rounding differences that makes: equal to a small fraction of the output's scale.
+    atol = 1e-5 * float(np.abs(whole).max())
+    np.testing.assert_allclose(y, whole, rtol=0, atol=atol)
+    np.testing.assert_allclose(one_by_one, whole, rtol=0, atol=atol)
     x_nchw = x if layout == "NCHW" else x.transpose(0, 3, 1, 2)
     y_nchw = y if layout == "NCHW" else y.transpose(0, 3, 1, 2)
     assert 0 < rel_l2(y_nchw, direct_conv_nchw(x_nchw, w, 1, 1)) < 1e-5

@@ -50,6 +50,16 @@ def test_kernel_launch_hands_every_argument_by_address(driver):
     assert second[5] == (0x1234, 9, 1 << 40, 2 ** 64 - 1, 5)
 
 
+def test_kernel_launch_passes_the_dynamic_shared_memory_of_a_gemm_kernel(driver):
+    """A kernel that keeps the GEMM's shared memory dynamic (nvrtc.GemmSmemKernel) gets its
+    shared_bytes on every launch; one without gets none."""
+    gemm = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0xB0), shared_bytes=65536)
+    args = (np.uint64(1), np.int32(2), np.int64(3), np.uint64(4), 5)
+    launch.KernelLaunch(gemm, (8,), (256,), args, stream_ptr=3)()
+    launch.KernelLaunch(types.SimpleNamespace(ptr=0xB1), (8,), (256,), args, stream_ptr=3)()
+    assert [(call[0], call[3]) for call in driver] == [(0xB0, 65536), (0xB1, 0)]
+
+
 def test_kernel_launch_refuses_an_argument_it_cannot_pass(driver):
     with pytest.raises(TypeError, match="float"):
         launch.KernelLaunch(types.SimpleNamespace(ptr=1), (1,), (1,), (1.5,), 0)

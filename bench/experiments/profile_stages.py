@@ -82,7 +82,8 @@ def split_variant(var):
 def stage_launcher(plan, mod, ttype, arr=None):
     names = {TaskType.FILTER: "filter", TaskType.INPUT: "input", TaskType.GEMM: "gemm",
              TaskType.OUTPUT: "output"}
-    fn = mod.get_function(f"mw_{names[ttype]}_kernel")
+    name = f"mw_{names[ttype]}_kernel"
+    fn = nvrtc.GemmSmemKernel(mod, name) if ttype == TaskType.GEMM else mod.get_function(name)
     first, count = plan._type_range[ttype]
     workspace = plan.workspace()
     pbuf = workspace.params(plan, plan._full, workspace.U)
@@ -150,7 +151,7 @@ def main(argv=None):
                 row["output_us"] = events_median(fo, reps=args.reps)
             if args.mega:
                 mm = build("megakernel", spec, defines)
-                fn = mm.get_function("mw_megakernel")
+                fn = nvrtc.GemmSmemKernel(mm, "mw_megakernel")
                 bps = nvrtc.blocks_per_sm(fn)
                 from megawino.tuning import table as tuning
                 mp = tuning.default_mapping_params(nf.task_layout, sms * bps)

@@ -32,7 +32,8 @@ class TaskTypeInfo:
     ``work(layout, group, index)`` gives (flops, bytes) arrays of the tasks with those group and
     index arrays.  ``device_call`` is the megakernel's call of the device function (names in
     scope: p, x, w, y, smem, group, index), declared in ``header``; ``nonfused_call`` the
-    non-fused kernel's (p, its array, group, index, and what ``nonfused_shared`` declares),
+    non-fused kernel's (p, its array, group, index, and what ``nonfused_shared`` declares: with
+    ``nonfused_gemm_smem``, the GEMM's dynamic shared memory, whose size every launch passes),
     whose array is ``kernel_array`` (w, x, y or None); its block runs the task
     ``first_task + nonfused_block`` (an expression in p: the task's offset among the type's
     contiguous ids).  A type without a device call is CPU only: the generated dispatch has no
@@ -51,6 +52,7 @@ class TaskTypeInfo:
     nonfused_call: str | None = None
     kernel_array: str | None = None
     nonfused_shared: str | None = None
+    nonfused_gemm_smem: bool = False       # the kernel's launches pass mw_gemm_smem_bytes
     nonfused_min_blocks: int | None = None
     nonfused_block: str = "static_cast<int>(blockIdx.x)"
 
@@ -141,7 +143,8 @@ _BUILT_IN = (
                  nonfused_block="gemm_position_major_block(p)",
                  # two resident blocks per SM, as in the megakernel: both paths run the GEMM
                  # tile under the same 128-register cap
-                 nonfused_shared="__shared__ __align__(16) GemmSmem smem;", nonfused_min_blocks=2),
+                 nonfused_shared="GemmSmem& smem = gemm_smem();", nonfused_gemm_smem=True,
+                 nonfused_min_blocks=2),
     TaskTypeInfo(TaskType.OUTPUT, "OUTPUT", "output", "O", "blue", output_transform.run_task, output_work,
                  index_label="chunk", header="output_transform.cuh",
                  device_call="output_transform_parked<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats)",

@@ -19,7 +19,7 @@ from ..core.tasks import GEMM_TILE_COLS, K_ALIGN
 from ..gpu import weights, workspace
 from ..gpu.launch import KernelLaunch, Launcher
 from ..gpu.call_checks import require_gpu
-from ..gpu.nvrtc import BLOCK_THREADS, DEFAULT_GEMM_MATH, check_gemm_math, module
+from ..gpu.nvrtc import BLOCK_THREADS, DEFAULT_GEMM_MATH, GemmSmemKernel, check_gemm_math, module
 from .plan import KernelPlan
 
 # The row heights of the two kernels (mw_pointwise_128, mw_pointwise_64).
@@ -83,8 +83,8 @@ class PointwisePlan(KernelPlan):
         sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.tile_rows = tile_rows or choose_tile_rows(self.rows, col_tiles, self.batch, sm_count)
         self.grid = (-(-self.rows // self.tile_rows), col_tiles, self.batch)
-        self._kernel = module("pointwise", 4, "NCHW", gemm_math=self.gemm_math).get_function(
-            f"mw_pointwise_{self.tile_rows}")
+        self._kernel = GemmSmemKernel(module("pointwise", 4, "NCHW", gemm_math=self.gemm_math),
+                                      f"mw_pointwise_{self.tile_rows}")
         self.transposed_shape = (spec.C, spec.K)
         self._transposed = workspace.StreamBuffers(self.transposed_shape) if spec.layout == "NHWC" else None
         self.captured = False                   # a CUDA graph holds its buffers: never evicted

@@ -39,7 +39,8 @@ class KernelLaunch:
     pointers, and are not kept alive: the launcher's ``keep`` does that for the buffers it
     reads); :meth:`set` changes one argument, calling it launches on ``stream_ptr``."""
 
-    __slots__ = ("_launch_kernel", "_kernel", "_function", "_values", "_pointers", "_address", "_grid", "_block", "_stream")
+    __slots__ = ("_launch_kernel", "_kernel", "_function", "_shared_bytes", "_values", "_pointers", "_address", "_grid",
+                 "_block", "_stream")
 
     def __init__(self, kernel, grid, block, args, stream_ptr: int):
         grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
@@ -47,6 +48,7 @@ class KernelLaunch:
         self._launch_kernel = driver.launchKernel
         self._kernel = kernel                    # keeps its module loaded
         self._function = int(getattr(kernel, "kernel", kernel).ptr)
+        self._shared_bytes = int(getattr(kernel, "shared_bytes", 0))   # nvrtc.GemmSmemKernel's
         self._values = [_slot(a) for a in args]
         self._pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(v) for v in self._values))
         self._address = ctypes.addressof(self._pointers)
@@ -56,7 +58,8 @@ class KernelLaunch:
         self._values[index].value = value
 
     def __call__(self) -> None:
-        self._launch_kernel(self._function, *self._grid, *self._block, 0, self._stream, self._address, 0)
+        self._launch_kernel(self._function, *self._grid, *self._block, self._shared_bytes, self._stream, self._address,
+                            0)
 
 
 class Launcher:

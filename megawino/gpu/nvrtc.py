@@ -188,8 +188,29 @@ def gemm_uses_wgmma(mod) -> bool:
     return bool(int(flag.get()[0]))
 
 
-def blocks_per_sm(fn, threads: int = BLOCK_THREADS, dynamic_smem: int = 0) -> int:
-    """Resident blocks per SM of a loaded kernel (the occupancy API)."""
+class GemmSmemKernel:
+    """A kernel of a module that keeps the GEMM tile's shared memory (``GemmSmem``, cuda/gemm.cuh)
+    in dynamic shared memory: the megakernel, the non-fused GEMM kernel and the pointwise
+    kernels.  Its size is the module's ``mw_gemm_smem_bytes``; the kernel is allowed that much
+    once, and every launch passes it (calls here; ``shared_bytes`` for KernelLaunch and
+    blocks_per_sm, ``kernel`` the driver function as on a RawKernel)."""
+
+    def __init__(self, mod, name: str):
+        cupy = cupy_module()
+        self._raw = mod.get_function(name)
+        size = cupy.ndarray((1,), cupy.int32, memptr=mod.get_global("mw_gemm_smem_bytes"))
+        self.shared_bytes = int(size.get()[0])
+        self._raw.max_dynamic_shared_size_bytes = self.shared_bytes
+        self.kernel = self._raw.kernel
+
+    def __call__(self, grid, block, args, stream=None):
+        self._raw(grid, block, args, shared_mem=self.shared_bytes, stream=stream)
+
+
+def blocks_per_sm(fn, threads: int = BLOCK_THREADS) -> int:
+    """Resident blocks per SM of a loaded kernel (the occupancy API), with the dynamic shared
+    memory its launches pass."""
     from cupy_backends.cuda.api import driver
     ptr = int(getattr(fn, "kernel", fn).ptr)
+    dynamic_smem = int(getattr(fn, "shared_bytes", 0))
     return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(ptr, threads, dynamic_smem))

@@ -24,7 +24,7 @@ from ..tuning import table as tuning
 from . import weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, without_filter_tasks
-from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, blocks_per_sm, check_gemm_math,
+from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
                     cupy_module, module)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
@@ -87,10 +87,11 @@ class Plan:
         mod = module(algo, m, spec.layout, trace, self.gemm_math)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         if algo == "megakernel":
-            self._mega = mod.get_function("mw_megakernel")
+            self._mega = GemmSmemKernel(mod, "mw_megakernel")
             self.blocks_per_sm = blocks_per_sm(self._mega)
         else:
-            self._kernels = {kind.code: mod.get_function(kind.kernel_name)
+            self._kernels = {kind.code: GemmSmemKernel(mod, kind.kernel_name) if kind.nonfused_gemm_smem
+                             else mod.get_function(kind.kernel_name)
                              for kind in task_types.registered() if kind.on_device}
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
