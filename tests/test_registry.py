@@ -58,6 +58,12 @@ def graph_with_copies(spec, params) -> TaskGraph:
 def copy_type():
     with task_types.register(COPY) as entry:
         yield entry
+    with pytest.raises(ValueError, match="nonfused_gemm_smem"):
+        task_types.TaskTypeInfo(COPY_CODE, "COPY", "copy", "C", "red", copy_v_runner, copy_v_work,
+                                nonfused_shared="GemmSmem& smem = gemm_smem();")
+    with pytest.raises(ValueError, match="nonfused_gemm_smem"):
+        task_types.TaskTypeInfo(COPY_CODE, "COPY", "copy", "C", "red", copy_v_runner, copy_v_work,
+                                nonfused_gemm_smem=True)
     with pytest.raises(ValueError, match="unknown task type"):
         task_types.info(COPY_CODE)
     assert [k.name for k in task_types.registered()] == [t.name for t in TaskType]

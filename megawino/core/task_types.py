@@ -66,6 +66,9 @@ class TaskTypeInfo:
         if self.kernel_array is not None and self.kernel_array not in KERNEL_ARRAYS:
             raise ValueError(f"kernel_array must be one of {tuple(KERNEL_ARRAYS)} or None, "
                              f"got {self.kernel_array!r}")
+        if ("gemm_smem()" in (self.nonfused_shared or "")) != self.nonfused_gemm_smem:
+            raise ValueError(f"task type {self.name}: a non-fused kernel that takes gemm_smem() needs "
+                             "nonfused_gemm_smem=True (its launches pass the dynamic shared memory), and only it")
         if (self.device_call is None) != (self.nonfused_call is None) or \
                 (self.device_call is not None and self.header is None):
             raise ValueError(f"task type {self.name}: device_call, nonfused_call and header go together")
