@@ -366,16 +366,20 @@ def test_conv2d_api():
         assert bool((yt == y).all())
 
 
-def test_gemm_runs_wgmma_on_sm90(monkeypatch):
+@pytest.mark.parametrize("spec", [LayerSpec(2, 512, 72, 14, 14),
+                                  LayerSpec(2, 48, 40, 9, 11),     # the last 32-k stage's second sub-tile is past C
+                                  LayerSpec(3, 20, 24, 10, 13)],   # a partial sub-tile; 24 of 64 columns
+                         ids=lambda spec: f"c{spec.C}k{spec.K}")
+def test_gemm_runs_wgmma_on_sm90(monkeypatch, spec):
     """On compute capability 9.0 both Winograd modules are built for sm_90a and their GEMM runs
     on warpgroup MMAs; -DMW_GEMM_WGMMA=0 keeps mma.sync.  Both meet the fp32 bar and agree
     bitwise between megakernel and non-fused, and with each other: the tensor cores sum each
-    16-term k tile the same way whichever instruction feeds them."""
+    16-term k tile the same way whichever instruction feeds them (the wgmma tile's 32-k stages
+    as two 16-k sub-tiles, the mma.sync tile's as one 16-k stage each)."""
     import megawino
     from megawino.gpu import nvrtc
     cp = _cp()
     capability = cp.cuda.Device().compute_capability
-    spec = LayerSpec(2, 512, 72, 14, 14)
     x, w, xd, wd = _inputs(spec, 31)
     ref = direct_conv_nchw(x, w, 1, spec.padding)
     outs = {}
