@@ -10,18 +10,16 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte global -> shared copy that bypasses L1 (.cg); !valid reads nothing and zero-fills.
-__device__ __forceinline__ void cp_async_cg16(float* smem, const float* gmem, bool valid) {
-  const unsigned s = smem_addr(smem);
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
-               : "memory");
-}
-// The same with the shared-memory address already in the shared window.
+// 16-byte global -> shared copy that bypasses L1 (.cg) to a shared-window address; !valid reads
+// nothing and zero-fills.
 __device__ __forceinline__ void cp_async_cg16_shared(unsigned smem, const float* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes)
                : "memory");
+}
+// The same to a generic pointer into shared memory.
+__device__ __forceinline__ void cp_async_cg16(float* smem, const float* gmem, bool valid) {
+  cp_async_cg16_shared(smem_addr(smem), gmem, valid);
 }
 // 4-byte global -> shared copy through L1 (.ca: gathers reuse neighbouring words); !valid zero-fills.
 __device__ __forceinline__ void cp_async_ca4(float* smem, const float* gmem, bool valid) {

@@ -181,11 +181,15 @@ def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str =
     return mod
 
 
+def module_int(mod, name: str) -> int:
+    """The value of a compiled module's ``extern "C" __device__ int`` ``name``."""
+    cupy = cupy_module()
+    return int(cupy.ndarray((1,), cupy.int32, memptr=mod.get_global(name)).get()[0])
+
+
 def gemm_uses_wgmma(mod) -> bool:
     """Whether a compiled Winograd module's GEMM runs on warpgroup MMAs (its ``mw_gemm_wgmma``)."""
-    cupy = cupy_module()
-    flag = cupy.ndarray((1,), cupy.int32, memptr=mod.get_global("mw_gemm_wgmma"))
-    return bool(int(flag.get()[0]))
+    return bool(module_int(mod, "mw_gemm_wgmma"))
 
 
 class GemmSmemKernel:
@@ -196,10 +200,8 @@ class GemmSmemKernel:
     blocks_per_sm, ``kernel`` the driver function as on a RawKernel)."""
 
     def __init__(self, mod, name: str):
-        cupy = cupy_module()
         self._raw = mod.get_function(name)
-        size = cupy.ndarray((1,), cupy.int32, memptr=mod.get_global("mw_gemm_smem_bytes"))
-        self.shared_bytes = int(size.get()[0])
+        self.shared_bytes = module_int(mod, "mw_gemm_smem_bytes")
         self._raw.max_dynamic_shared_size_bytes = self.shared_bytes
         self.kernel = self._raw.kernel
 
