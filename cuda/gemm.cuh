@@ -42,11 +42,25 @@ constexpr int WGMMA_STAGES = 3;
 // the kernels are tuned under, is that of the padded layouts.
 // The warpgroup-MMA tile: its A and B stages and the split B of a stage (big and small parts)
 // the tensor cores read.
+// The split-operand tile (MW_SPLIT_OPERANDS): SPLIT_STAGES stages of hi and lo parts of 128 x
+// WGMMA_BK A and 64 x WGMMA_BK B in BF16; its build's pointwise kernels run the mma.sync tile.
+constexpr int MMA_SYNC_SMEM_FLOATS =
+    GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 || MW_GEMM_BF16X3 ? 8 : 0)));
+#if MW_SPLIT_OPERANDS
+#ifndef MW_SPLIT_STAGES
+#define MW_SPLIT_STAGES 4
+#endif
+constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
+constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
+#endif
 struct GemmSmem {
-#if MW_GEMM_WGMMA
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
   float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
+#elif MW_SPLIT_OPERANDS
+  float floats[SPLIT_STAGES * SPLIT_STAGE_FLOATS > MMA_SYNC_SMEM_FLOATS ? SPLIT_STAGES * SPLIT_STAGE_FLOATS
+                                                                         : MMA_SYNC_SMEM_FLOATS];
 #else
-  float floats[GEMM_STAGES * (GEMM_BM * (GEMM_BK + 4) + GEMM_BK * (GEMM_BN + (MW_GEMM_TF32X3 || MW_GEMM_BF16X3 ? 8 : 0)))];
+  float floats[MMA_SYNC_SMEM_FLOATS];
 #endif
 };
 
@@ -337,7 +351,9 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 // overwrites no longer read), prepare(stage), the copy STAGES - 1 tiles ahead, and
 // multiply(stage).  prepare runs before the copy is issued because a fence in it would wait for
 // that copy.
-template <int STAGES, class LoadStage, class Prepare, class Multiply>
+// ASYNC_READS: the tensor cores read the stages (warpgroup MMAs from shared memory), so each
+// thread orders its landed copies before them (a proxy fence) ahead of the barrier.
+template <int STAGES, bool ASYNC_READS = false, class LoadStage, class Prepare, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
                                                   Multiply multiply) {
 #pragma unroll
@@ -347,6 +363,9 @@ __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_st
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<STAGES - 2>();
+#if MW_GEMM_WGMMA
+    if constexpr (ASYNC_READS) fence_proxy_async_smem();
+#endif
     __syncthreads();
     const int stage = kt % STAGES;
     prepare(stage);
@@ -424,6 +443,25 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
 }
 
 #if MW_GEMM_WGMMA
+// The C fragments of a warpgroup MMA's WG_N columns (n8 block nb: rows g and g + 8, columns
+// 8 nb + 2 t4 and 8 nb + 2 t4 + 1) to Mp; columns >= col_end (and rows >= row_end where
+// ROW_BOUND) are not stored.
+template <int WG_N, bool ROW_BOUND>
+__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[WG_N / 2], float* Mp, long long row, int col,
+                                                int col_end, int k_stride, long long row_end) {
+#pragma unroll
+  for (int nb = 0; nb < WG_N / 8; ++nb, col += 8) {
+    if (col < col_end) {
+      float* dst = Mp + row * k_stride + col;
+      if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
+      if (!ROW_BOUND || row + 8 < row_end)
+        *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
+    }
+  }
+}
+#endif  // MW_GEMM_WGMMA
+
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
 // 3xTF32 on warpgroup MMAs (sm_90a).  The block's two warpgroups own 64-row halves of a 128 x 64
 // tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) comes through
 // the cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor
@@ -588,20 +626,122 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     }
     k_rest -= WGMMA_BK;
   });
-  // C fragment of n8 block nb: rows g and g + 8, columns 8 nb + 2 t4 and 8 nb + 2 t4 + 1.
-#pragma unroll
-  for (int nb = 0; nb < WG_N / 8; ++nb) {
-    const int col = col0 + warp_col + 8 * nb + 2 * t4;
-    const long long row = row0 + warp_row + g;
-    if (col < col_end) {
-      float* dst = Mp + row * k_stride + col;
-      if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
-      if (!ROW_BOUND || row + 8 < row_end)
-        *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
-    }
-  }
+  store_wgmma_acc<WG_N, ROW_BOUND>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
 }
-#endif  // MW_GEMM_WGMMA
+#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
+
+#if MW_SPLIT_OPERANDS
+// BF16x3 on warpgroup MMAs from split operands (sm_90a): V rows and U^T rows (megawino.core.abi
+// split_bf16) arrive through the cp.async ring already split, so the tensor cores read all four
+// parts from shared memory and no thread touches an operand.  The block's two warpgroups own
+// 64-row halves of a 128 x 64 tile (m64n64k16) or 32-column halves of a 64 x 64 tile
+// (m64n32k16).  Per 16-k sub-tile lo*hi + hi*lo + hi*hi is summed from zero on the tensor cores,
+// then added to the fp32 accumulator with one round-to-nearest FADD, as in Bf16x3Fragments.
+namespace split_tile {
+constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
+constexpr int CHUNKS = WGMMA_BK / SPLIT_CHUNK_CHANNELS;   // 8-channel chunks of a row per stage
+constexpr unsigned CORE_BYTES = 128;                      // core matrix: 8 rows x 16 bytes
+// A part (hi or lo) of ROWS rows keeps core matrix (row block rb, chunk kc) at
+// (rb * CHUNKS + kc) * CORE_BYTES: K-adjacent core matrices CORE_BYTES apart, row-adjacent
+// CHUNKS * CORE_BYTES apart.
+constexpr unsigned ROW_BLOCK_BYTES = CHUNKS * CORE_BYTES;
+constexpr unsigned A_PART_BYTES = GEMM_BM / 8 * ROW_BLOCK_BYTES;
+constexpr unsigned B_PART_BYTES = GEMM_BN / 8 * ROW_BLOCK_BYTES;
+constexpr unsigned STAGE_BYTES = 2 * (A_PART_BYTES + B_PART_BYTES);
+static_assert(STAGE_BYTES == SPLIT_STAGE_FLOATS * 4 && GEMM_BK == 2 * SPLIT_CHUNK_CHANNELS && CHUNKS == 4,
+              "stage layout");
+// A warp copies one row block's half: 8 rows (lane % 8) x 4 pieces (lane / 8) of 16 bytes, the
+// hi and lo parts of two chunks, so each piece's 8 lanes fill one whole core matrix.
+}  // namespace split_tile
+
+template <int ROWS>
+__device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
+                                                       long long row0, int col0, int col_end, int c_stride,
+                                                       int k_stride) {
+  using namespace split_tile;
+  constexpr int WARPGROUPS = BLOCK_THREADS / 128;
+  constexpr int WARPGROUPS_M = ROWS / 64;
+  constexpr int WG_N = GEMM_BN / (WARPGROUPS / WARPGROUPS_M);
+  constexpr int WARPS = BLOCK_THREADS / 32;
+  constexpr int A_UNITS = ROWS / 8 * 2 / WARPS;     // row-block halves of A per warp and stage
+  constexpr int B_UNITS = GEMM_BN / 8 * 2 / WARPS;
+  static_assert(A_UNITS * WARPS == ROWS / 4 && B_UNITS * WARPS == GEMM_BN / 4 && (WG_N == 64 || WG_N == 32),
+                "tile shape");
+  const int tid = thread_index();
+  const int lane = tid & 31, warp = tid >> 5;
+  const unsigned smem = smem_addr(sm.floats);
+
+  // Copies: unit u = warp + WARPS i is row block u / 2, pieces 4 (u % 2) + lane / 8; piece p is
+  // part p % 2 of chunk p / 2 (words 4 p .. 4 p + 3 of the row's stage).  WARPS is even, so a
+  // thread's units share u % 2 and step by WARPS / 2 row blocks.
+  const int piece = 4 * (warp & 1) + (lane >> 3), part = piece & 1, chunk = piece >> 1;
+  const int unit_row = 8 * (warp >> 1) + (lane & 7);   // row of unit i = 0
+  constexpr int UNIT_ROWS = 8 * WARPS / 2;               // rows between a thread's units
+  const unsigned dst = (unit_row >> 3) * ROW_BLOCK_BYTES + chunk * CORE_BYTES + (unit_row & 7) * 16;
+  const float* a_src = Vp + (row0 + unit_row) * c_stride + 4 * piece;
+  const float* b_src = Up + static_cast<long long>(col0 + unit_row) * c_stride + 4 * piece;
+  const long long unit_step = static_cast<long long>(UNIT_ROWS) * c_stride;
+  const unsigned a_dst = smem + part * A_PART_BYTES + dst;
+  const unsigned b_dst = smem + 2 * A_PART_BYTES + part * B_PART_BYTES + dst;
+  int k_left = c_stride;   // k from the next copied tile on
+  auto load_stage = [&](int, int stage) {
+    const bool k_ok = k_left > SPLIT_CHUNK_CHANNELS * chunk;
+#pragma unroll
+    for (int i = 0; i < A_UNITS; ++i)
+      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * (UNIT_ROWS / 8) * ROW_BLOCK_BYTES,
+                           k_ok ? a_src + i * unit_step : Vp, k_ok);
+#pragma unroll
+    for (int i = 0; i < B_UNITS; ++i) {
+      const bool ok = k_ok && col0 + unit_row + i * UNIT_ROWS < col_end;
+      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * (UNIT_ROWS / 8) * ROW_BLOCK_BYTES,
+                           ok ? b_src + i * unit_step : Up, ok);
+    }
+    a_src += WGMMA_BK;
+    b_src += WGMMA_BK;
+    k_left -= WGMMA_BK;
+  };
+
+  // The warpgroup's operands: A rows 64 (wg % WARPGROUPS_M) .., B rows (columns) WG_N (wg / WARPGROUPS_M) ..
+  const int wg = warp >> 2;
+  const unsigned a_base = smem + (wg % WARPGROUPS_M) * 8 * ROW_BLOCK_BYTES;
+  const unsigned b_base = smem + 2 * A_PART_BYTES + (wg / WARPGROUPS_M) * (WG_N / 8) * ROW_BLOCK_BYTES;
+  auto desc = [](unsigned address) { return wgmma_desc(address, CORE_BYTES, ROW_BLOCK_BYTES); };
+  auto mma = [](float (&d)[WG_N / 2], unsigned long long a, unsigned long long b, int accumulate) {
+    if constexpr (WG_N == 64) wgmma_bf16_m64n64k16(d, a, b, accumulate);
+    else wgmma_bf16_m64n32k16(d, a, b, accumulate);
+  };
+  float acc[WG_N / 2];
+#pragma unroll
+  for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
+  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
+  int k_rest = c_stride;   // k from this stage on
+  cp_async_pipeline<SPLIT_STAGES, true>(k_tiles, load_stage, [](int) {}, [&](int stage) {
+#pragma unroll
+    for (int sub = 0; sub < SUBTILES; ++sub) {
+      // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
+      if (k_rest <= sub * GEMM_BK) break;
+      const unsigned k_off = stage * STAGE_BYTES + 2 * sub * CORE_BYTES;
+      const unsigned long long a_hi = desc(a_base + k_off), a_lo = desc(a_base + A_PART_BYTES + k_off);
+      const unsigned long long b_hi = desc(b_base + k_off), b_lo = desc(b_base + B_PART_BYTES + k_off);
+      float part[WG_N / 2];
+      wgmma_fence();
+      mma(part, a_lo, b_hi, 0);
+      mma(part, a_hi, b_lo, 1);
+      mma(part, a_hi, b_hi, 1);
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_operands(part);
+#pragma unroll
+      for (int i = 0; i < WG_N / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+    }
+    k_rest -= WGMMA_BK;
+  });
+  const int g = lane >> 2, t4 = lane & 3;
+  const int warp_row = (wg % WARPGROUPS_M) * 64 + 16 * (warp & 3);
+  const int warp_col = (wg / WARPGROUPS_M) * WG_N;
+  store_wgmma_acc<WG_N, false>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0);
+}
+#endif  // MW_SPLIT_OPERANDS
 
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
   const int kb = index % static_cast<int>(p.k_blocks);
@@ -616,7 +756,10 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
-#if MW_GEMM_WGMMA
+#if MW_SPLIT_OPERANDS
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+#elif MW_GEMM_WGMMA
     for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #else

@@ -9,6 +9,7 @@
 #include "generated_tasks.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
+#include "split_operand.cuh"
 
 namespace mw {
 
@@ -150,7 +151,15 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
       transform_window<M, true>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v[ci]);
     }
     float* dst = V + t * cs + cb;
-    if (vec) {
+    if constexpr (MW_SPLIT_OPERANDS) {
+#pragma unroll
+      for (int ci = 0; ci < CPT; ++ci) {
+        if (cb + ci < c1) {
+#pragma unroll
+          for (int q = 0; q < AA; ++q) store_operand(V + q * plane + t * cs, cb + ci, v[ci][q]);
+        }
+      }
+    } else if (vec) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         if constexpr (CPT == 2) {
@@ -235,22 +244,23 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
       for (int q = 0; q < AA; ++q) v[q] = 0.0f;
     }
     __syncwarp();
-    float* dst0 = V + t0 * cs + cw + (lane ^ 16);          // line (q, t0)
-    float* dst1 = V + (t0 + 1) * cs + cw + lane;           // line (q, t0 + 1)
+    float* const row0 = V + t0 * cs;                       // line (q, t0): channel c0_lane
+    float* const row1 = V + (t0 + 1) * cs;                 // line (q, t0 + 1): channel c1_lane
+    const int c0_lane = cw + (lane ^ 16), c1_lane = cw + lane;
     if (cw + 32 <= c1) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];
-        st_global(dst0 + q * plane, hi ? a : v[q]);
-        st_global(dst1 + q * plane, hi ? v[q] : a);
+        store_operand(row0 + q * plane, c0_lane, hi ? a : v[q]);
+        store_operand(row1 + q * plane, c1_lane, hi ? v[q] : a);
       }
     } else {
-      const bool ok0 = cw + (lane ^ 16) < c1, ok1 = cw + lane < c1;
+      const bool ok0 = c0_lane < c1, ok1 = c1_lane < c1;
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];
-        if (ok0) st_global(dst0 + q * plane, hi ? a : v[q]);
-        if (ok1) st_global(dst1 + q * plane, hi ? v[q] : a);
+        if (ok0) store_operand(row0 + q * plane, c0_lane, hi ? a : v[q]);
+        if (ok1) store_operand(row1 + q * plane, c1_lane, hi ? v[q] : a);
       }
     }
     __syncwarp();

@@ -25,13 +25,18 @@
 #if MW_GEMM_BF16X3 && MW_GEMM_TF32X3
 #error "MW_GEMM_BF16X3 and MW_GEMM_TF32X3 are two arithmetics: set one"
 #endif
-// The 3xTF32 products run on warpgroup MMAs (cuda/gemm.cuh gemm_tile_wgmma) where the
-// build targets sm_90a (NVRTC -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL), else on mma.sync;
-// -DMW_GEMM_WGMMA=0 keeps mma.sync on sm_90a too.
+// The Winograd GEMM's 3xTF32 or BF16x3 products run on warpgroup MMAs (cuda/gemm.cuh
+// gemm_tile_wgmma, gemm_tile_wgmma_bf16x3) where the build targets sm_90a (NVRTC -arch=sm_90a
+// defines __CUDA_ARCH_FEAT_SM90_ALL), else on mma.sync; -DMW_GEMM_WGMMA=0 keeps mma.sync on
+// sm_90a too.
 #ifndef MW_GEMM_WGMMA
-#if MW_GEMM_TF32X3 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if (MW_GEMM_TF32X3 || MW_GEMM_BF16X3) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MW_GEMM_WGMMA 1
 #else
 #define MW_GEMM_WGMMA 0
 #endif
 #endif
+// The BF16x3 warpgroup-MMA build keeps V and U as split BF16 operands (hi and lo parts, written
+// by the transforms: cuda/split_operand.cuh, megawino.core.abi.split_bf16), so that its GEMM
+// multiplies straight from shared memory; every other build keeps them float32.
+#define MW_SPLIT_OPERANDS (MW_GEMM_BF16X3 && MW_GEMM_WGMMA)

@@ -18,7 +18,7 @@ __device__ __forceinline__ void pointwise_tile(const float* a, const float* b, f
   const long long batch = blockIdx.z;
   const long long row0 = static_cast<long long>(blockIdx.x) * ROWS;
   const int col0 = static_cast<int>(blockIdx.y) * GEMM_BN;
-#if MW_GEMM_WGMMA
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
   gemm_tile_wgmma<ROWS, true>(smem, a + batch * a_batch, b + batch * b_batch, y + batch * y_batch, row0, col0,
                               cols, channels, cols, rows);
 #else

@@ -76,6 +76,19 @@ __device__ __forceinline__ void st_global(float* ptr, float v) {
   asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
 }
 
+// A 16-bit global store (the split BF16 operands: cuda/split_operand.cuh).
+__device__ __forceinline__ void st_global_b16(unsigned short* ptr, unsigned short v) {
+  asm volatile("st.global.b16 [%0], %1;" :: "l"(ptr), "h"(v) : "memory");
+}
+
+// x rounded to nearest-even BF16 (its bits), and a BF16's value.
+__device__ __forceinline__ unsigned short bf16_rn(float x) {
+  unsigned short d;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(d) : "f"(x));
+  return d;
+}
+__device__ __forceinline__ float bf16_value(unsigned short b) { return __uint_as_float(static_cast<unsigned>(b) << 16); }
+
 // Shared-memory store / load the compiler can neither forward through a register nor drop,
 // so a value parked in shared memory really leaves the registers.
 __device__ __forceinline__ void sts_f32(unsigned a, float v) {
@@ -160,6 +173,25 @@ __device__ __forceinline__ void wgmma_tf32_m64n32k8(float (&d)[16], const unsign
                    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]));
 }
 #undef MW_WGMMA_TF32_RS
+// d (+)= a (64 x 16, shared memory) * b (16 x N, shared memory), BF16 operands, both K-major;
+// accumulate == 0 ignores d's old value.
+#define MW_WGMMA_BF16_SS(N, D_LIST, A, B, FLAG, ...)                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #FLAG ", 0;\n"                                 \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" D_LIST "}, "                \
+               "%" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"                                               \
+               : __VA_ARGS__                                                                          \
+               : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+__device__ __forceinline__ void wgmma_bf16_m64n64k16(float (&d)[32], unsigned long long a_desc,
+                                                     unsigned long long b_desc, int accumulate) {
+  MW_WGMMA_BF16_SS(64, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31",
+                   32, 33, 34, "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]));
+}
+__device__ __forceinline__ void wgmma_bf16_m64n32k16(float (&d)[16], unsigned long long a_desc,
+                                                     unsigned long long b_desc, int accumulate) {
+  MW_WGMMA_BF16_SS(32, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", 16, 17, 18,
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]));
+}
+#undef MW_WGMMA_BF16_SS
 #endif  // MW_GEMM_WGMMA
 
 }  // namespace mw

@@ -25,7 +25,8 @@ VARIANTS = [("-DMW_M=4",), ("-DMW_M=2",), ("-DMW_M=4", "-DMW_TRACE"),   # NCHW: 
 # The architecture-specific sm_90a build the runtime makes on an H100 (warpgroup-MMA GEMM).
 SM90A = ("-gencode=arch=compute_90a,code=sm_90a",)
 VARIANTS += [SM90A + ("-DMW_M=4",), SM90A + ("-DMW_M=2", "-DMW_NHWC=1"), SM90A + ("-DMW_M=4", "-DMW_TRACE"),
-             SM90A + ("-DMW_M=4", "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1")]
+             SM90A + ("-DMW_M=4", "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1"),   # split operands
+             SM90A + ("-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1")]
 
 
 def _ptxas_report(source: str, defines, tmp_path) -> dict[str, tuple[int, int, int]]:
@@ -87,3 +88,21 @@ def test_sm90a_build_uses_wgmma(source, tmp_path):
     wgmma, plain = ptx(SM90A), ptx(("-arch=sm_90",))
     assert "wgmma.mma_async" in wgmma and "mw_gemm_wgmma = 1" in wgmma
     assert "wgmma.mma_async" not in plain and re.search(r"\.u32 mw_gemm_wgmma( = 0)?;", plain)
+
+
+@pytest.mark.parametrize("source", ["megakernel.cu", "nonfused.cu"])
+def test_sm90a_bf16x3_build_multiplies_split_operands(source, tmp_path):
+    """The sm_90a BF16x3 build runs BF16 warpgroup MMAs on split operands (mw_split_operands = 1:
+    the transforms store BF16 parts); its sm_90 build keeps float32 operands and mma.sync."""
+    def ptx(arch):
+        out = tmp_path / f"{source}.{arch[-1][-3:]}.ptx"
+        cmd = [NVCC, *arch, "-ptx", "-I", str(cuda_dir()), "-DMW_GEMM_TF32X3=0", "-DMW_GEMM_BF16X3=1",
+               str(cuda_dir() / source), "-o", str(out)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
+        return out.read_text()
+    split, plain = ptx(SM90A), ptx(("-arch=sm_90",))
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in split and "mw_split_operands = 1" in split
+    assert "st.global.b16" in split
+    assert "wgmma.mma_async" not in plain and re.search(r"\.u32 mw_split_operands( = 0)?;", plain)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in plain

@@ -83,3 +83,43 @@ def test_bf16x3_error_at_most_pytorch_tf32(index, distribution):
     err = rel_l2(y, ref)
     assert err <= min(tf32_err, BOUND), f"{spec.name} {distribution}: bf16x3 {err:.3g}, PyTorch TF32 {tf32_err:.3g}"
     assert torch.equal(run(x, w, spec.padding, "nonfused"), y), "megakernel and non-fused differ bitwise"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_split_operands_are_the_float32_operands_split(layout):
+    """Where the BF16x3 build keeps U and V as split BF16 (the warpgroup-MMA build), they are
+    exactly megawino.core.abi.split_bf16 of the 3xTF32 build's float32 U (transposed) and V on
+    the same inputs, and M agrees with the float32 operands' products to BF16x3 accuracy; odd
+    C, K and sizes leave partial chunks, tiles and sub-tiles."""
+    import cupy
+    import numpy as np
+    from megawino.core import abi
+    from megawino.core.spec import LayerSpec
+    spec = LayerSpec(2, 44, 37, 13, 11, layout=layout)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn((spec.N, spec.C, spec.H, spec.W), device="cuda", generator=gen)
+    w = torch.randn(spec.weight_shape, device="cuda", generator=gen)
+    if layout == "NHWC":
+        x = x.permute(0, 2, 3, 1).contiguous()
+    plans = {}
+    for math in ("3xtf32", "bf16x3"):
+        p = megawino.plan(spec, algo="nonfused", gemm_math=math)
+        for buf in (p.U, p.V, p.M):
+            buf.fill(float("nan"))
+        p(cupy.from_dlpack(x), cupy.from_dlpack(w))
+        cupy.cuda.get_current_stream().synchronize()
+        plans[math] = p
+    split = plans["bf16x3"]
+    if split.operand_format != "split_bf16":
+        pytest.skip(f"this GPU's BF16x3 build keeps float32 operands ({split.operand_format})")
+    full = plans["3xtf32"]
+    assert full.operand_format == "float32"
+    v = full.V.get()
+    assert np.array_equal(split.V.get().view(np.uint32), abi.split_bf16(v)), "V"
+    u = full.U.get()    # [alpha2][c_stride][k_stride]; split U is [alpha2][k_stride][c_stride]
+    u_split = split.U.get().reshape(u.shape[0], u.shape[2], u.shape[1])
+    assert np.array_equal(u_split.view(np.uint32), abi.split_bf16(u.transpose(0, 2, 1))), "U"
+    m_full, m_split = full.M.get(), split.M.get()
+    assert not np.isnan(m_split).any(), "unwritten M"
+    scale = float(np.abs(m_full).max())
+    assert float(np.abs(m_split - m_full).max()) <= 1e-4 * scale, "M"

@@ -192,6 +192,12 @@ def gemm_uses_wgmma(mod) -> bool:
     return bool(module_int(mod, "mw_gemm_wgmma"))
 
 
+def operand_format(mod) -> str:
+    """How a compiled Winograd module keeps U and V (``mw_split_operands``): one of
+    megawino.core.abi.OPERAND_FORMATS."""
+    return "split_bf16" if module_int(mod, "mw_split_operands") else "float32"
+
+
 class GemmSmemKernel:
     """A kernel of a module that keeps the GEMM tile's shared memory (``GemmSmem``, cuda/gemm.cuh)
     in dynamic shared memory: the megakernel, the non-fused GEMM kernel and the pointwise

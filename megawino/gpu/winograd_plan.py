@@ -25,7 +25,7 @@ from . import weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
-                    cupy_module, module)
+                    cupy_module, module, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
 from ..core.tasks import TaskGraph, TaskParams, TaskType
@@ -85,6 +85,9 @@ class Plan:
         self.device = cupy.cuda.Device().id
         m = params.m if params is not None else 4
         mod = module(algo, m, spec.layout, trace, self.gemm_math)
+        # U and V as megawino.core.abi describes them: float32, or split BF16 (U transposed) where
+        # the build's GEMM multiplies BF16x3 on warpgroup MMAs.
+        self.operand_format = operand_format(mod)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         if algo == "megakernel":
             self._mega = GemmSmemKernel(mod, "mw_megakernel")
@@ -265,7 +268,7 @@ class Plan:
         return Launcher(launches, x_slots, out_slots, keep=keep)
 
     def _weight_key(self, weight_token):
-        return ("winograd", self.device, weight_token, self.task_layout.u_shape)
+        return ("winograd", self.device, weight_token, self.task_layout.u_shape, self.operand_format)
 
     @staticmethod
     def _stages(prepared: bool):

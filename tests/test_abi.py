@@ -1,0 +1,43 @@
+"""The split BF16 operand format (megawino.core.abi.split_bf16), which the BF16x3 warpgroup-MMA
+build's transforms write and its GEMM reads: CPU only."""
+import numpy as np
+import pytest
+
+from megawino.core import abi
+from megawino.core.tasks import CHANNEL_ALIGN, SPLIT_CHUNK_CHANNELS
+
+
+def test_split_parts_are_nearest_even_bf16_and_sum_to_the_value():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((5, 7, 4 * SPLIT_CHUNK_CHANNELS)) * 10.0 ** rng.integers(-20, 20, (5, 7, 1))).astype(np.float32)
+    hi, lo = abi.unsplit_bf16(abi.split_bf16(x))
+    # hi is x rounded to 8 significant bits, lo the remainder rounded: together 16 bits.
+    assert np.all(np.abs(x - hi) <= np.abs(x) * 2.0 ** -8)
+    assert np.all(np.abs(x - (hi + lo)) <= np.abs(x) * 2.0 ** -16)
+    assert np.all((hi.view(np.uint32) & 0xFFFF) == 0) and np.all((lo.view(np.uint32) & 0xFFFF) == 0)
+
+
+def test_bf16_rounding_is_to_nearest_even():
+    # 1 + 2^-8 is halfway between BF16 1 and 1 + 2^-7: ties go to the even mantissa (1).
+    x = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20, -0.0], dtype=np.float32)
+    got = abi.bf16_value(abi.bf16_round(x))
+    assert got.tolist() == [1.0, 1 + 4 * 2.0 ** -8, 1 + 2.0 ** -7, -0.0]
+
+
+def test_chunk_layout_hi_halves_then_lo_halves():
+    c = 2 * SPLIT_CHUNK_CHANNELS
+    x = (np.arange(c, dtype=np.float32) + 1) * np.float32(1 + 2.0 ** -10)   # lo parts non-zero
+    halves = abi.split_bf16(x).view(np.uint16)
+    hi, lo = abi.bf16_round(x), abi.bf16_round(x - abi.bf16_value(abi.bf16_round(x)))
+    for chunk in range(2):
+        start = 2 * SPLIT_CHUNK_CHANNELS * chunk
+        part = slice(chunk * SPLIT_CHUNK_CHANNELS, (chunk + 1) * SPLIT_CHUNK_CHANNELS)
+        assert np.array_equal(halves[start:start + SPLIT_CHUNK_CHANNELS], hi[part])
+        assert np.array_equal(halves[start + SPLIT_CHUNK_CHANNELS:start + 2 * SPLIT_CHUNK_CHANNELS], lo[part])
+    assert np.any(lo != 0)
+
+
+def test_rows_must_be_whole_chunks():
+    assert CHANNEL_ALIGN % SPLIT_CHUNK_CHANNELS == 0
+    with pytest.raises(ValueError, match="chunks"):
+        abi.split_bf16(np.zeros((2, SPLIT_CHUNK_CHANNELS + 1), dtype=np.float32))
