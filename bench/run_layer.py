@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--algo", default=None, help="megakernel, nonfused or direct (default: by suite)")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--gemm-math", default=None, help="the Winograd GEMM's arithmetic (default: the runtime's)")
     args = ap.parse_args(argv)
     import cupy
     from megawino import runtime
@@ -34,7 +35,7 @@ def main(argv=None) -> int:
     spec = specs[args.layer]
     algo = args.algo or ("direct" if args.suite == "direct" else "megakernel")
     x, w = (cupy.asarray(a) for a in random_inputs(spec, np.random.default_rng(0)))
-    plan = runtime.plan(spec, algo=algo)
+    plan = runtime.plan(spec, algo=algo, **({"gemm_math": args.gemm_math} if args.gemm_math else {}))
     for _ in range(args.runs):
         y = plan(x, w)
     cupy.cuda.Device().synchronize()

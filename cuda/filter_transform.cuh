@@ -49,7 +49,7 @@ __device__ __forceinline__ void filter_transform_task(const Params& p, const flo
     }
 #if MW_SPLIT_OPERANDS
 #pragma unroll
-    for (int i = 0; i < A * A; ++i) store_operand(U + i * pairs + static_cast<long long>(k) * c_stride, c, u[i]);
+    for (int i = 0; i < A * A; ++i) store_operand(U + i * pairs + static_cast<long long>(k) * c_stride, c_stride, c, u[i]);
 #else
 #pragma unroll
     for (int i = 0; i < A * A; ++i) U[i * pairs + q] = u[i];

@@ -57,8 +57,9 @@ struct GemmSmem {
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
   float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
 #elif MW_SPLIT_OPERANDS
-  float floats[SPLIT_STAGES * SPLIT_STAGE_FLOATS > MMA_SYNC_SMEM_FLOATS ? SPLIT_STAGES * SPLIT_STAGE_FLOATS
-                                                                         : MMA_SYNC_SMEM_FLOATS];
+  // + 512 bytes: the split tile's stages start 512-byte aligned (their swizzle).
+  float floats[SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128 > MMA_SYNC_SMEM_FLOATS ? SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128
+                                                                               : MMA_SYNC_SMEM_FLOATS];
 #else
   float floats[MMA_SYNC_SMEM_FLOATS];
 #endif
@@ -351,9 +352,7 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 // overwrites no longer read), prepare(stage), the copy STAGES - 1 tiles ahead, and
 // multiply(stage).  prepare runs before the copy is issued because a fence in it would wait for
 // that copy.
-// ASYNC_READS: the tensor cores read the stages (warpgroup MMAs from shared memory), so each
-// thread orders its landed copies before them (a proxy fence) ahead of the barrier.
-template <int STAGES, bool ASYNC_READS = false, class LoadStage, class Prepare, class Multiply>
+template <int STAGES, class LoadStage, class Prepare, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
                                                   Multiply multiply) {
 #pragma unroll
@@ -363,9 +362,6 @@ __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_st
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<STAGES - 2>();
-#if MW_GEMM_WGMMA
-    if constexpr (ASYNC_READS) fence_proxy_async_smem();
-#endif
     __syncthreads();
     const int stage = kt % STAGES;
     prepare(stage);
@@ -639,19 +635,19 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 // then added to the fp32 accumulator with one round-to-nearest FADD, as in Bf16x3Fragments.
 namespace split_tile {
 constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
-constexpr int CHUNKS = WGMMA_BK / SPLIT_CHUNK_CHANNELS;   // 8-channel chunks of a row per stage
-constexpr unsigned CORE_BYTES = 128;                      // core matrix: 8 rows x 16 bytes
-// A part (hi or lo) of ROWS rows keeps core matrix (row block rb, chunk kc) at
-// (rb * CHUNKS + kc) * CORE_BYTES: K-adjacent core matrices CORE_BYTES apart, row-adjacent
-// CHUNKS * CORE_BYTES apart.
-constexpr unsigned ROW_BLOCK_BYTES = CHUNKS * CORE_BYTES;
-constexpr unsigned A_PART_BYTES = GEMM_BM / 8 * ROW_BLOCK_BYTES;
-constexpr unsigned B_PART_BYTES = GEMM_BN / 8 * ROW_BLOCK_BYTES;
+constexpr int PIECE_CHANNELS = 8;                        // channels of one 16-byte BF16 copy
+constexpr int PIECES = WGMMA_BK / PIECE_CHANNELS;        // of a row's part per stage
+// A part (hi or lo) keeps row r's stage (WGMMA_BK BF16, 64 bytes) at r * ROW_BYTES, its piece c
+// at c ^ ((r / 2) % 4) (wgmma's 64-byte swizzle, so that the tensor cores read a row group's
+// pieces from distinct banks).
+constexpr unsigned ROW_BYTES = WGMMA_BK * 2;
+constexpr unsigned ROW_BLOCK_BYTES = 8 * ROW_BYTES;     // one 8-row group
+constexpr unsigned SUBTILE_BYTES = GEMM_BK * 2;         // k offset of sub-tile 1 in a row
+constexpr unsigned A_PART_BYTES = GEMM_BM * ROW_BYTES;
+constexpr unsigned B_PART_BYTES = GEMM_BN * ROW_BYTES;
 constexpr unsigned STAGE_BYTES = 2 * (A_PART_BYTES + B_PART_BYTES);
-static_assert(STAGE_BYTES == SPLIT_STAGE_FLOATS * 4 && GEMM_BK == 2 * SPLIT_CHUNK_CHANNELS && CHUNKS == 4,
+static_assert(STAGE_BYTES == SPLIT_STAGE_FLOATS * 4 && PIECES == 4 && CHANNEL_ALIGN % PIECE_CHANNELS == 0,
               "stage layout");
-// A warp copies one row block's half: 8 rows (lane % 8) x 4 pieces (lane / 8) of 16 bytes, the
-// hi and lo parts of two chunks, so each piece's 8 lanes fill one whole core matrix.
 }  // namespace split_tile
 
 template <int ROWS>
@@ -663,41 +659,43 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   constexpr int WARPGROUPS_M = ROWS / 64;
   constexpr int WG_N = GEMM_BN / (WARPGROUPS / WARPGROUPS_M);
   constexpr int WARPS = BLOCK_THREADS / 32;
-  constexpr int A_UNITS = ROWS / 8 * 2 / WARPS;     // row-block halves of A per warp and stage
+  constexpr int A_UNITS = ROWS / 8 * 2 / WARPS;     // (8-row group, part) units of A per warp and stage
   constexpr int B_UNITS = GEMM_BN / 8 * 2 / WARPS;
   static_assert(A_UNITS * WARPS == ROWS / 4 && B_UNITS * WARPS == GEMM_BN / 4 && (WG_N == 64 || WG_N == 32),
                 "tile shape");
   const int tid = thread_index();
   const int lane = tid & 31, warp = tid >> 5;
-  const unsigned smem = smem_addr(sm.floats);
+  const unsigned smem = (smem_addr(sm.floats) + 511u) & ~511u;
 
-  // Copies: unit u = warp + WARPS i is row block u / 2, pieces 4 (u % 2) + lane / 8; piece p is
-  // part p % 2 of chunk p / 2 (words 4 p .. 4 p + 3 of the row's stage).  WARPS is even, so a
-  // thread's units share u % 2 and step by WARPS / 2 row blocks.
-  const int piece = 4 * (warp & 1) + (lane >> 3), part = piece & 1, chunk = piece >> 1;
-  const int unit_row = 8 * (warp >> 1) + (lane & 7);   // row of unit i = 0
+  // Copies: unit u = warp + WARPS i is part u % 2 of rows 8 (u / 2) .. + 7, lane l its row l / 4,
+  // piece l % 4 (a quarter warp reads two rows' 64 contiguous bytes: whole sectors).  WARPS is
+  // even, so a thread's units share the part and step by WARPS / 2 row groups.  A row's hi
+  // parts are its first c_stride BF16, its lo parts the next c_stride.
+  const int part = warp & 1, piece = lane & 3;
+  const int unit_row = 8 * (warp >> 1) + (lane >> 2);   // row of unit i = 0
   constexpr int UNIT_ROWS = 8 * WARPS / 2;               // rows between a thread's units
-  const unsigned dst = (unit_row >> 3) * ROW_BLOCK_BYTES + chunk * CORE_BYTES + (unit_row & 7) * 16;
-  const float* a_src = Vp + (row0 + unit_row) * c_stride + 4 * piece;
-  const float* b_src = Up + static_cast<long long>(col0 + unit_row) * c_stride + 4 * piece;
+  const unsigned dst = unit_row * ROW_BYTES + ((piece ^ ((unit_row >> 1) & 3)) << 4);
+  const int src_word = part * (c_stride / 2) + 4 * piece;   // 4 words = one piece of BF16
+  const float* a_src = Vp + (row0 + unit_row) * c_stride + src_word;
+  const float* b_src = Up + static_cast<long long>(col0 + unit_row) * c_stride + src_word;
   const long long unit_step = static_cast<long long>(UNIT_ROWS) * c_stride;
   const unsigned a_dst = smem + part * A_PART_BYTES + dst;
   const unsigned b_dst = smem + 2 * A_PART_BYTES + part * B_PART_BYTES + dst;
   int k_left = c_stride;   // k from the next copied tile on
   auto load_stage = [&](int, int stage) {
-    const bool k_ok = k_left > SPLIT_CHUNK_CHANNELS * chunk;
+    const bool k_ok = k_left > PIECE_CHANNELS * piece;
 #pragma unroll
     for (int i = 0; i < A_UNITS; ++i)
-      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * (UNIT_ROWS / 8) * ROW_BLOCK_BYTES,
+      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES,
                            k_ok ? a_src + i * unit_step : Vp, k_ok);
 #pragma unroll
     for (int i = 0; i < B_UNITS; ++i) {
       const bool ok = k_ok && col0 + unit_row + i * UNIT_ROWS < col_end;
-      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * (UNIT_ROWS / 8) * ROW_BLOCK_BYTES,
+      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES,
                            ok ? b_src + i * unit_step : Up, ok);
     }
-    a_src += WGMMA_BK;
-    b_src += WGMMA_BK;
+    a_src += WGMMA_BK / 2;   // words: WGMMA_BK BF16
+    b_src += WGMMA_BK / 2;
     k_left -= WGMMA_BK;
   };
 
@@ -705,7 +703,7 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   const int wg = warp >> 2;
   const unsigned a_base = smem + (wg % WARPGROUPS_M) * 8 * ROW_BLOCK_BYTES;
   const unsigned b_base = smem + 2 * A_PART_BYTES + (wg / WARPGROUPS_M) * (WG_N / 8) * ROW_BLOCK_BYTES;
-  auto desc = [](unsigned address) { return wgmma_desc(address, CORE_BYTES, ROW_BLOCK_BYTES); };
+  auto desc = [](unsigned address) { return wgmma_desc_swizzle64(address, ROW_BLOCK_BYTES); };
   auto mma = [](float (&d)[WG_N / 2], unsigned long long a, unsigned long long b, int accumulate) {
     if constexpr (WG_N == 64) wgmma_bf16_m64n64k16(d, a, b, accumulate);
     else wgmma_bf16_m64n32k16(d, a, b, accumulate);
@@ -715,12 +713,14 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
   const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
   int k_rest = c_stride;   // k from this stage on
-  cp_async_pipeline<SPLIT_STAGES, true>(k_tiles, load_stage, [](int) {}, [&](int stage) {
+  // The tensor cores read the copied stages without a proxy fence (cp.async lands in shared
+  // memory for them as for loads; a fence here would also wait for the copies still in flight).
+  cp_async_pipeline<SPLIT_STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage) {
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
       if (k_rest <= sub * GEMM_BK) break;
-      const unsigned k_off = stage * STAGE_BYTES + 2 * sub * CORE_BYTES;
+      const unsigned k_off = stage * STAGE_BYTES + sub * SUBTILE_BYTES;
       const unsigned long long a_hi = desc(a_base + k_off), a_lo = desc(a_base + A_PART_BYTES + k_off);
       const unsigned long long b_hi = desc(b_base + k_off), b_lo = desc(b_base + B_PART_BYTES + k_off);
       float part[WG_N / 2];

@@ -15,7 +15,6 @@ constexpr int LANE_CHANNELS = 32;    // channels one transform warp covers
 constexpr int NO_COUNTER = -1;
 constexpr int CHANNEL_ALIGN = 8;
 constexpr int K_ALIGN = 4;
-constexpr int SPLIT_CHUNK_CHANNELS = 8;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int GEMM_TILE_COLS = 64;
 constexpr int COUNTER_STRIDE = 32;

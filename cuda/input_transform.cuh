@@ -156,7 +156,7 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
       for (int ci = 0; ci < CPT; ++ci) {
         if (cb + ci < c1) {
 #pragma unroll
-          for (int q = 0; q < AA; ++q) store_operand(V + q * plane + t * cs, cb + ci, v[ci][q]);
+          for (int q = 0; q < AA; ++q) store_operand(V + q * plane + t * cs, cs, cb + ci, v[ci][q]);
         }
       }
     } else if (vec) {
@@ -251,16 +251,16 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];
-        store_operand(row0 + q * plane, c0_lane, hi ? a : v[q]);
-        store_operand(row1 + q * plane, c1_lane, hi ? v[q] : a);
+        store_operand(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
+        store_operand(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
       }
     } else {
       const bool ok0 = c0_lane < c1, ok1 = c1_lane < c1;
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];
-        if (ok0) store_operand(row0 + q * plane, c0_lane, hi ? a : v[q]);
-        if (ok1) store_operand(row1 + q * plane, c1_lane, hi ? v[q] : a);
+        if (ok0) store_operand(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
+        if (ok1) store_operand(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
       }
     }
     __syncwarp();

@@ -152,6 +152,14 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned address, unsig
          (static_cast<unsigned long long>((k_step_bytes >> 4) & 0x3FFF) << 16) |
          (static_cast<unsigned long long>((row_step_bytes >> 4) & 0x3FFF) << 32);
 }
+// Descriptor of a K-major shared-memory operand in the 64-byte swizzle: rows of 64 bytes, the
+// 16-byte chunk c of row r at c ^ ((r / 2) % 4) (address bits 4-5 ^= bits 7-8, so the operand
+// starts 512-byte aligned), 8-row groups row_group_bytes apart; a k offset inside the row is
+// added to the address.
+__device__ __forceinline__ unsigned long long wgmma_desc_swizzle64(unsigned address, unsigned row_group_bytes) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) |
+         (static_cast<unsigned long long>((row_group_bytes >> 4) & 0x3FFF) << 32) | (2ull << 62);
+}
 // d (+)= a (64 x 8, registers, the m16n8k8 A fragment per warp) * b (8 x N, shared memory);
 // accumulate == 0 ignores d's old value.
 // One asm template for both shapes: N columns, the accumulator's N / 2 registers as operands

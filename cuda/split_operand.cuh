@@ -1,7 +1,7 @@
 // How the transforms store one GEMM operand value (V by the input transform, U by the filter
 // transform): a float, or under MW_SPLIT_OPERANDS its split BF16 parts, hi (x rounded to
-// nearest-even) and lo (x - hi, rounded), in chunks of SPLIT_CHUNK_CHANNELS channels: the chunk's
-// hi parts (16 bytes), then its lo parts (16 bytes).  Mirrors megawino.core.abi.split_bf16.
+// nearest-even) and lo (x - hi, rounded): a row of c_stride words holds the hi parts of its
+// channels (2 bytes each), then their lo parts.  Mirrors megawino.core.abi.split_bf16.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -10,16 +10,16 @@
 
 namespace mw {
 
-// Channel c of an operand row that starts at `row` (c_stride words) holds x.
-__device__ __forceinline__ void store_operand(float* row, int c, float x) {
+// Channel c of the operand row at `row` (c_stride words) holds x.
+__device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
 #if MW_SPLIT_OPERANDS
   const unsigned short hi = bf16_rn(x);
   const unsigned short lo = bf16_rn(x - bf16_value(hi));
-  unsigned short* const h =
-      reinterpret_cast<unsigned short*>(row) + 2 * SPLIT_CHUNK_CHANNELS * (c / SPLIT_CHUNK_CHANNELS) + c % SPLIT_CHUNK_CHANNELS;
-  st_global_b16(h, hi);
-  st_global_b16(h + SPLIT_CHUNK_CHANNELS, lo);
+  unsigned short* const halves = reinterpret_cast<unsigned short*>(row);
+  st_global_b16(halves + c, hi);
+  st_global_b16(halves + c_stride + c, lo);
 #else
+  (void)c_stride;
   st_global(row + c, x);
 #endif
 }

@@ -1,16 +1,16 @@
 """The split BF16 operand format (megawino.core.abi.split_bf16), which the BF16x3 warpgroup-MMA
 build's transforms write and its GEMM reads: CPU only."""
 import numpy as np
-import pytest
 
 from megawino.core import abi
-from megawino.core.tasks import CHANNEL_ALIGN, SPLIT_CHUNK_CHANNELS
 
 
 def test_split_parts_are_nearest_even_bf16_and_sum_to_the_value():
     rng = np.random.default_rng(3)
-    x = (rng.standard_normal((5, 7, 4 * SPLIT_CHUNK_CHANNELS)) * 10.0 ** rng.integers(-20, 20, (5, 7, 1))).astype(np.float32)
-    hi, lo = abi.unsplit_bf16(abi.split_bf16(x))
+    x = (rng.standard_normal((5, 7, 24)) * 10.0 ** rng.integers(-20, 20, (5, 7, 1))).astype(np.float32)
+    words = abi.split_bf16(x)
+    assert words.shape == x.shape and words.dtype == np.uint32
+    hi, lo = abi.unsplit_bf16(words)
     # hi is x rounded to 8 significant bits, lo the remainder rounded: together 16 bits.
     assert np.all(np.abs(x - hi) <= np.abs(x) * 2.0 ** -8)
     assert np.all(np.abs(x - (hi + lo)) <= np.abs(x) * 2.0 ** -16)
@@ -24,20 +24,10 @@ def test_bf16_rounding_is_to_nearest_even():
     assert got.tolist() == [1.0, 1 + 4 * 2.0 ** -8, 1 + 2.0 ** -7, -0.0]
 
 
-def test_chunk_layout_hi_halves_then_lo_halves():
-    c = 2 * SPLIT_CHUNK_CHANNELS
-    x = (np.arange(c, dtype=np.float32) + 1) * np.float32(1 + 2.0 ** -10)   # lo parts non-zero
+def test_row_is_hi_parts_then_lo_parts():
+    x = (np.arange(16, dtype=np.float32) + 1) * np.float32(1 + 2.0 ** -10)   # lo parts non-zero
     halves = abi.split_bf16(x).view(np.uint16)
-    hi, lo = abi.bf16_round(x), abi.bf16_round(x - abi.bf16_value(abi.bf16_round(x)))
-    for chunk in range(2):
-        start = 2 * SPLIT_CHUNK_CHANNELS * chunk
-        part = slice(chunk * SPLIT_CHUNK_CHANNELS, (chunk + 1) * SPLIT_CHUNK_CHANNELS)
-        assert np.array_equal(halves[start:start + SPLIT_CHUNK_CHANNELS], hi[part])
-        assert np.array_equal(halves[start + SPLIT_CHUNK_CHANNELS:start + 2 * SPLIT_CHUNK_CHANNELS], lo[part])
+    hi = abi.bf16_round(x)
+    lo = abi.bf16_round(x - abi.bf16_value(hi))
+    assert np.array_equal(halves[:16], hi) and np.array_equal(halves[16:], lo)
     assert np.any(lo != 0)
-
-
-def test_rows_must_be_whole_chunks():
-    assert CHANNEL_ALIGN % SPLIT_CHUNK_CHANNELS == 0
-    with pytest.raises(ValueError, match="chunks"):
-        abi.split_bf16(np.zeros((2, SPLIT_CHUNK_CHANNELS + 1), dtype=np.float32))

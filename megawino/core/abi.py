@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tasks import COUNTER_STRIDE, SPLIT_CHUNK_CHANNELS, TASK_RECORD_DTYPE
+from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 
 # Operand formats of U and V (``mw::Params::U`` / ``V``): "float32" as PARAM_FIELDS describes
 # them; "split_bf16" (the BF16x3 build on warpgroup MMAs, MW_SPLIT_OPERANDS in cuda/params.cuh)
@@ -35,28 +35,20 @@ def bf16_value(bits: np.ndarray) -> np.ndarray:
 
 
 def split_bf16(rows: np.ndarray) -> np.ndarray:
-    """Operand rows (float32 [..., channels], channels a multiple of SPLIT_CHUNK_CHANNELS) in the
-    split BF16 format, as uint32 words of the same shape: each x = hi + lo with hi its
-    nearest-even BF16 and lo that of x - hi (exact in float32); every chunk of
-    SPLIT_CHUNK_CHANNELS channels is their hi parts (16 bytes), then their lo parts (16 bytes)."""
+    """Operand rows (float32 [..., channels]) in the split BF16 format, as uint32 words of the same
+    shape: each x = hi + lo with hi its nearest-even BF16 and lo that of x - hi (exact in float32);
+    a row is the hi parts of its channels (2 bytes each), then their lo parts."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
-    c = rows.shape[-1]
-    if c % SPLIT_CHUNK_CHANNELS:
-        raise ValueError(f"split_bf16 takes rows of whole {SPLIT_CHUNK_CHANNELS}-channel chunks, got {c}")
     hi = bf16_round(rows)
     lo = bf16_round(rows - bf16_value(hi))
-    chunks = rows.shape[:-1] + (c // SPLIT_CHUNK_CHANNELS, SPLIT_CHUNK_CHANNELS)
-    halves = np.concatenate([hi.reshape(chunks), lo.reshape(chunks)], axis=-1)
-    return np.ascontiguousarray(halves).reshape(rows.shape[:-1] + (2 * c,)).view(np.uint32)
+    return np.ascontiguousarray(np.concatenate([hi, lo], axis=-1)).view(np.uint32)
 
 
 def unsplit_bf16(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hi, lo) float32 [..., channels] of split BF16 ``words`` (uint32 or float32 [..., channels])."""
-    words = np.ascontiguousarray(words)
-    c = words.shape[-1]
-    halves = words.view(np.uint16).reshape(words.shape[:-1] + (c // SPLIT_CHUNK_CHANNELS, 2, SPLIT_CHUNK_CHANNELS))
-    return (bf16_value(halves[..., 0, :]).reshape(words.shape),
-            bf16_value(halves[..., 1, :]).reshape(words.shape))
+    halves = np.ascontiguousarray(words).view(np.uint16)
+    c = halves.shape[-1] // 2
+    return bf16_value(halves[..., :c]), bf16_value(halves[..., c:])
 
 
 PARAM_FIELDS = (

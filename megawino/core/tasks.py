@@ -48,8 +48,6 @@ NO_COUNTER = -1
 # Alignment of the buffer strides (the CUDA GEMM reads 16-byte vectors).
 CHANNEL_ALIGN = 8        # channels of U and V are padded (with zeros) to a multiple of this
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
-SPLIT_CHUNK_CHANNELS = 8  # channels of one chunk of a split BF16 operand row (megawino.core.abi.split_bf16)
-assert CHANNEL_ALIGN % SPLIT_CHUNK_CHANNELS == 0, "a padded operand row is whole split chunks"
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 GEMM_TILE_COLS = 64      # columns of one GEMM block tile (the pointwise path's grid is planned in them)
 COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte line

@@ -44,7 +44,6 @@ def header_text() -> str:
         f"constexpr int NO_COUNTER = {tasks.NO_COUNTER};",
         f"constexpr int CHANNEL_ALIGN = {tasks.CHANNEL_ALIGN};",
         f"constexpr int K_ALIGN = {tasks.K_ALIGN};",
-        f"constexpr int SPLIT_CHUNK_CHANNELS = {tasks.SPLIT_CHUNK_CHANNELS};",
         f"constexpr int GEMM_BLOCK_ROWS = {tasks.GEMM_BLOCK_ROWS};",
         f"constexpr int GEMM_TILE_COLS = {tasks.GEMM_TILE_COLS};",
         f"constexpr int COUNTER_STRIDE = {tasks.COUNTER_STRIDE};",
