@@ -45,6 +45,9 @@ CASES = [
     (LayerSpec(1, 5, 3, 5, 5, padding=2), "nonfused", 4, None, "ffma"),
     (LayerSpec(2, 40, 44, 13, 11), "megakernel", 4, ODD_PARAMS, "3xtf32"),
     (LayerSpec(2, 40, 44, 13, 11, layout="NHWC"), "nonfused", 4, ODD_PARAMS, "ffma"),
+    # BF16x3: split operands on sm_90a (partial pieces, sub-tiles and column tiles), mma.sync elsewhere.
+    (LayerSpec(2, 44, 37, 13, 11), "megakernel", 4, ODD_PARAMS, "bf16x3"),
+    (LayerSpec(2, 44, 37, 13, 11, layout="NHWC"), "nonfused", 2, None, "bf16x3"),
     # The pointwise path: partial row and column tiles read and written in unpadded tensors.
     (LayerSpec(3, 36, 200, 6, 10, 1, 1, 1, 0), "pointwise", None, None, "3xtf32"),
     (LayerSpec(3, 20, 44, 7, 5, 1, 1, 1, 0, "NHWC"), "pointwise", None, None, "3xtf32"),
