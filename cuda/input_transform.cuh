@@ -152,11 +152,16 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
     }
     float* dst = V + t * cs + cb;
     if constexpr (MW_SPLIT_OPERANDS) {
+      if (CPT == 2 && vec) {
 #pragma unroll
-      for (int ci = 0; ci < CPT; ++ci) {
-        if (cb + ci < c1) {
+        for (int q = 0; q < AA; ++q) store_operand_pair(V + q * plane + t * cs, cs, cb, v[0][q], v[CPT - 1][q]);
+      } else {
 #pragma unroll
-          for (int q = 0; q < AA; ++q) store_operand(V + q * plane + t * cs, cs, cb + ci, v[ci][q]);
+        for (int ci = 0; ci < CPT; ++ci) {
+          if (cb + ci < c1) {
+#pragma unroll
+            for (int q = 0; q < AA; ++q) store_operand(V + q * plane + t * cs, cs, cb + ci, v[ci][q]);
+          }
         }
       }
     } else if (vec) {
@@ -247,7 +252,16 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
     float* const row0 = V + t0 * cs;                       // line (q, t0): channel c0_lane
     float* const row1 = V + (t0 + 1) * cs;                 // line (q, t0 + 1): channel c1_lane
     const int c0_lane = cw + (lane ^ 16), c1_lane = cw + lane;
-    if (cw + 32 <= c1) {
+    if constexpr (MW_SPLIT_OPERANDS) {
+      // c1 is even (CHANNEL_ALIGN), so lanes l and l ^ 1 (channels c and c ^ 1) store or skip together.
+      const bool ok0 = cw + 32 <= c1 || c0_lane < c1, ok1 = cw + 32 <= c1 || c1_lane < c1;
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        const float a = buf[q * 32 + (lane ^ 16)];
+        store_operand_warp(row0 + q * plane, cs, c0_lane, hi ? a : v[q], ok0);
+        store_operand_warp(row1 + q * plane, cs, c1_lane, hi ? v[q] : a, ok1);
+      }
+    } else if (cw + 32 <= c1) {
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];

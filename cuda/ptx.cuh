@@ -81,6 +81,10 @@ __device__ __forceinline__ void st_global_b16(unsigned short* ptr, unsigned shor
   asm volatile("st.global.b16 [%0], %1;" :: "l"(ptr), "h"(v) : "memory");
 }
 
+__device__ __forceinline__ void st_global_u32(unsigned* ptr, unsigned v) {
+  asm volatile("st.global.b32 [%0], %1;" :: "l"(ptr), "r"(v) : "memory");
+}
+
 // x rounded to nearest-even BF16 (its bits), and a BF16's value.
 __device__ __forceinline__ unsigned short bf16_rn(float x) {
   unsigned short d;

@@ -10,6 +10,8 @@
 
 namespace mw {
 
+static_assert(CHANNEL_ALIGN % 2 == 0, "operand rows hold whole channel pairs");
+
 // Channel c of the operand row at `row` (c_stride words) holds x.
 __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
 #if MW_SPLIT_OPERANDS
@@ -21,6 +23,44 @@ __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, f
 #else
   (void)c_stride;
   st_global(row + c, x);
+#endif
+}
+
+#if MW_SPLIT_OPERANDS
+// (hi, lo) BF16 parts of x, hi in the low half.
+__device__ __forceinline__ unsigned split_parts(float x) {
+  const unsigned short hi = bf16_rn(x);
+  const unsigned short lo = bf16_rn(x - bf16_value(hi));
+  return static_cast<unsigned>(hi) | (static_cast<unsigned>(lo) << 16);
+}
+#endif
+
+// Channels c and c + 1 (c even) of the operand row at `row` hold x0 and x1: whole words.
+__device__ __forceinline__ void store_operand_pair(float* row, int c_stride, int c, float x0, float x1) {
+#if MW_SPLIT_OPERANDS
+  const unsigned p0 = split_parts(x0), p1 = split_parts(x1);
+  unsigned* const words = reinterpret_cast<unsigned*>(row);
+  st_global_u32(words + c / 2, (p0 & 0xFFFFu) | (p1 << 16));
+  st_global_u32(words + (c_stride + c) / 2, (p0 >> 16) | (p1 & 0xFFFF0000u));
+#else
+  *reinterpret_cast<float2*>(row + c) = make_float2(x0, x1);
+#endif
+}
+
+// Every lane of a warp holds channel c of the operand row at `row`, lanes l and l ^ 1 the
+// channels c and c ^ 1 of one row; lanes with `store` store theirs (a pair stores or skips
+// together).  Split operands: the even lane writes the pair's hi parts, the odd lane their lo
+// parts, one word each, so a warp stores as many words as float32 operands take.
+__device__ __forceinline__ void store_operand_warp(float* row, int c_stride, int c, float x, bool store) {
+#if MW_SPLIT_OPERANDS
+  const unsigned mine = split_parts(x);
+  const unsigned other = __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
+  const bool odd = (c & 1) != 0;
+  const unsigned word = odd ? (other >> 16) | (mine & 0xFFFF0000u) : (mine & 0xFFFFu) | (other << 16);
+  if (store) st_global_u32(reinterpret_cast<unsigned*>(row) + (odd ? (c_stride + c - 1) / 2 : c / 2), word);
+#else
+  (void)c_stride;
+  if (store) st_global(row + c, x);
 #endif
 }
 
