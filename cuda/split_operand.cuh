@@ -12,20 +12,6 @@ namespace mw {
 
 static_assert(CHANNEL_ALIGN % 2 == 0, "operand rows hold whole channel pairs");
 
-// Channel c of the operand row at `row` (c_stride words) holds x.
-__device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
-#if MW_SPLIT_OPERANDS
-  const unsigned short hi = bf16_rn(x);
-  const unsigned short lo = bf16_rn(x - bf16_value(hi));
-  unsigned short* const halves = reinterpret_cast<unsigned short*>(row);
-  st_global_b16(halves + c, hi);
-  st_global_b16(halves + c_stride + c, lo);
-#else
-  (void)c_stride;
-  st_global(row + c, x);
-#endif
-}
-
 #if MW_SPLIT_OPERANDS
 // (hi, lo) BF16 parts of x, hi in the low half.
 __device__ __forceinline__ unsigned split_parts(float x) {
@@ -34,6 +20,19 @@ __device__ __forceinline__ unsigned split_parts(float x) {
   return static_cast<unsigned>(hi) | (static_cast<unsigned>(lo) << 16);
 }
 #endif
+
+// Channel c of the operand row at `row` (c_stride words) holds x.
+__device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
+#if MW_SPLIT_OPERANDS
+  const unsigned parts = split_parts(x);
+  unsigned short* const halves = reinterpret_cast<unsigned short*>(row);
+  st_global_b16(halves + c, static_cast<unsigned short>(parts & 0xFFFFu));
+  st_global_b16(halves + c_stride + c, static_cast<unsigned short>(parts >> 16));
+#else
+  (void)c_stride;
+  st_global(row + c, x);
+#endif
+}
 
 // Channels c and c + 1 (c even) of the operand row at `row` hold x0 and x1: whole words.
 __device__ __forceinline__ void store_operand_pair(float* row, int c_stride, int c, float x0, float x1) {
