@@ -455,6 +455,17 @@ __device__ __forceinline__ void store_wgmma_acc(const float (&acc)[WG_N / 2], fl
     }
   }
 }
+
+// The end of a sub-tile's MMAs into part (issued from zero): wait for them, then acc += part with
+// one round-to-nearest FADD per element (the 16-term partial sums every GEMM tile adds).
+template <int N>
+__device__ __forceinline__ void add_wgmma_part(float (&acc)[N], float (&part)[N]) {
+  wgmma_commit();
+  wgmma_wait_all();
+  fence_operands(part);
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+}
 #endif  // MW_GEMM_WGMMA
 
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
@@ -614,11 +625,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
         mma(part, a_big[q], b_small, 1);
         mma(part, a_big[q], b_big, 1);
       }
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_operands(part);
-#pragma unroll
-      for (int i = 0; i < WG_N / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+      add_wgmma_part(acc, part);
     }
     k_rest -= WGMMA_BK;
   });
@@ -728,11 +735,7 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
       mma(part, a_lo, b_hi, 0);
       mma(part, a_hi, b_lo, 1);
       mma(part, a_hi, b_hi, 1);
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_operands(part);
-#pragma unroll
-      for (int i = 0; i < WG_N / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+      add_wgmma_part(acc, part);
     }
     k_rest -= WGMMA_BK;
   });

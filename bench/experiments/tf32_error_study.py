@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from megawino.core import winograd  # noqa: E402
+from megawino.core import abi, winograd  # noqa: E402
 from megawino.core.suite import load_suite, select_specs  # noqa: E402
 
 TF32_ROUND_BIT = np.uint32(0x1000)
@@ -95,10 +95,8 @@ def truncate_tf32(a: np.ndarray) -> np.ndarray:
 
 
 def round_bf16(a: np.ndarray) -> np.ndarray:
-    """fp32 -> BF16 (kept in fp32), round to nearest even."""
-    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
-            & np.uint32(0xFFFF0000)).view(np.float32)
+    """fp32 -> BF16 (kept in fp32), round to nearest even: the split BF16 operands' rounding."""
+    return abi.bf16_value(abi.bf16_round(a))
 
 
 def split_parts(a: np.ndarray) -> dict[str, np.ndarray]:
