@@ -11,6 +11,11 @@ model's outputs are detection maps: no top-1).  Then the host time per call of
 
     python3 bench/models.py                        # every model, writes bench/results/h100-models.json
     python3 bench/models.py --models resnet50 --batches 1 --quick
+    python3 bench/models.py --models resnet50 --gemm-math bf16x3 --json bench/results/h100-models-bf16x3.json
+
+``--gemm-math`` picks the converted model's GEMM arithmetic (``convert(..., gemm_math=...)``),
+recorded in the JSON, in each row beside its errors and in the table's title; the PyTorch TF32
+column is the natural comparison for the TF32-grade ``bf16x3``.
 
 Models: torchvision's ResNet-50, VGG-16 and DenseNet-161 (random weights, eval mode) and the
 YOLOv3-style network of bench/darknet.py at 416x416.  One model failing records its error and
@@ -33,6 +38,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 from common import free_gpu_memory, git_commit, json_clean, set_fp32_precision, short_error  # noqa: E402
+from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
 DEFAULT_JSON = BENCH_DIR / "results" / "h100-models.json"
 # model -> (batches, input resolution, classification: top-1 is meaningful)
@@ -91,12 +97,19 @@ def time_forwards(model, inputs: list, reps: int, warmup: int = 2) -> list[float
     return [start.elapsed_time(end) for start, end in events]
 
 
-def bench_model(name: str, batch: int, reps: int, seed: int) -> dict:
+def convert_model(model, example_input, gemm_math: str = DEFAULT_GEMM_MATH):
+    """``model`` on megawino in place with the GEMM arithmetic ``gemm_math``; one forward on
+    ``example_input`` makes the per-layer choices."""
+    import megawino.torch as mwt
+    return mwt.convert(model, gemm_math=gemm_math, example_input=example_input, verbose=False)
+
+
+def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DEFAULT_GEMM_MATH) -> dict:
     import torch
     import megawino
     import megawino.torch as mwt
     _, resolution, classification = MODELS[name]
-    row = {"model": name, "batch": batch, "resolution": resolution}
+    row = {"model": name, "batch": batch, "resolution": resolution, "gemm_math": gemm_math}
     torch.manual_seed(seed)
     model = build_model(name).eval().cuda()
     generator = torch.Generator(device="cuda").manual_seed(seed)
@@ -114,7 +127,7 @@ def bench_model(name: str, batch: int, reps: int, seed: int) -> dict:
 
         set_fp32_precision("ieee")
         start = time.perf_counter()
-        mwt.convert(converted, example_input=inputs[0], verbose=False)    # choices made here
+        convert_model(converted, inputs[0], gemm_math)    # choices made here
         megawino.synchronize()
         row["first_call_s"] = time.perf_counter() - start
         variants = {"pytorch_fp32": (model, "ieee"), "pytorch_tf32": (model, "tf32"),
@@ -213,6 +226,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", default=str(DEFAULT_JSON), help="results file (its folder is created)")
     p.add_argument("--quick", action="store_true", help="5 reps, each model's smallest batch only")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,
+                   help="the converted model's GEMM arithmetic (convert(gemm_math=...); "
+                        f"default {DEFAULT_GEMM_MATH})")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in MODELS]
@@ -244,9 +260,9 @@ def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def results_table(rows: list[dict]):
+def results_table(rows: list[dict], gemm_math: str = DEFAULT_GEMM_MATH):
     from rich.table import Table
-    table = Table(title="megawino.torch.convert vs PyTorch (median ms per forward)")
+    table = Table(title=f"megawino.torch.convert (gemm_math={gemm_math}) vs PyTorch (median ms per forward)")
     for column in ("model", "batch", "PyTorch fp32", "PyTorch TF32", "megawino", "×fp32", "×TF32",
                    "rel. L2 megawino", "rel. L2 fp32", "rel. L2 TF32", "top-1 megawino", "layers on"):
         table.add_column(column, justify="left" if column in ("model", "layers on") else "right")
@@ -295,9 +311,10 @@ def main(argv=None) -> int:
         for name, batch in todo:
             progress.update(task, description=f"{name} batch {batch}")
             try:
-                rows.append(bench_model(name, batch, args.reps, args.seed))
+                rows.append(bench_model(name, batch, args.reps, args.seed, args.gemm_math))
             except Exception as err:       # one model failing must not lose the others
-                rows.append({"model": name, "batch": batch, "error": short_error(err)})
+                rows.append({"model": name, "batch": batch, "gemm_math": args.gemm_math,
+                             "error": short_error(err)})
             free_runtime_caches()
             free_gpu_memory()
             progress.advance(task)
@@ -307,7 +324,7 @@ def main(argv=None) -> int:
         except Exception as err:
             overhead = [{"call": "overhead", "error": short_error(err)}]
         progress.advance(task)
-    console.print(results_table(rows))
+    console.print(results_table(rows, args.gemm_math))
     console.print(overhead_table(overhead))
     from megawino.torch.gpu import choice_margin
     try:
@@ -317,8 +334,9 @@ def main(argv=None) -> int:
         torchvision_version = None
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
-              "git_commit": git_commit(REPO_ROOT), "reps": args.reps, "input_sets": INPUT_SETS,
-              "quick": args.quick, "choice_margin": choice_margin(), "rows": rows,
+              "git_commit": git_commit(REPO_ROOT), "argv": sys.argv[1:] if argv is None else list(argv),
+              "reps": args.reps, "input_sets": INPUT_SETS, "quick": args.quick,
+              "gemm_math": args.gemm_math, "choice_margin": choice_margin(), "rows": rows,
               "host_overhead": overhead}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

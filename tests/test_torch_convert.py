@@ -3,6 +3,7 @@ and converted models (small ones, the YOLOv3-style model of bench/darknet.py) th
 executor against PyTorch; bench/models.py's pure helpers."""
 import collections
 import copy
+import json
 import sys
 from pathlib import Path
 
@@ -240,6 +241,42 @@ def test_bench_models_helpers():
     for bad in (["--models", "alexnet"], ["--batches", "0"], ["--batches", "x"], ["--reps", "0"]):
         with pytest.raises(SystemExit):
             models.parse_args(bad)
+
+
+def test_bench_models_gemm_math_reaches_convert(monkeypatch, tmp_path, capsys):
+    """--gemm-math parses (megawino's own list, the package default), reaches convert() and is
+    recorded in the JSON, in each row and in the table's title."""
+    from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH
+    models = _bench_module("models")
+    assert models.parse_args([]).gemm_math == DEFAULT_GEMM_MATH
+    assert models.parse_args(["--gemm-math", "bf16x3"]).gemm_math == "bf16x3"
+    with pytest.raises(SystemExit):
+        models.parse_args(["--gemm-math", "tf32"])
+    calls = []
+    monkeypatch.setattr(mwt, "convert", lambda model, **kwargs: calls.append(kwargs) or model)
+    net, x = nn.Conv2d(3, 4, 3), randn(torch.Generator().manual_seed(0), 1, 3, 8, 8)
+    assert models.convert_model(net, x, "bf16x3") is net
+    assert calls[0]["gemm_math"] == "bf16x3" and calls[0]["example_input"] is x
+    ran = []
+
+    def fake_bench_model(name, batch, reps, seed, gemm_math):
+        ran.append(gemm_math)
+        ms = {f"{v}_ms": 1.0 for v in ("pytorch_fp32", "pytorch_tf32", "megawino")}
+        return {"model": name, "batch": batch, "gemm_math": gemm_math, **ms,
+                "speedup_vs_fp32": 1.0, "speedup_vs_tf32": 1.0, "algos": {"megakernel": 1},
+                "rel_l2": {"megawino": 1e-4, "pytorch_fp32": 1e-6, "pytorch_tf32": 1e-3}}
+
+    monkeypatch.setattr(models, "bench_model", fake_bench_model)
+    monkeypatch.setattr(models, "host_overhead", lambda calls: [])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "Fake GPU")
+    out = tmp_path / "m.json"
+    argv = ["--models", "resnet50", "--batches", "1", "--gemm-math", "bf16x3", "--json", str(out)]
+    assert models.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert ran == ["bf16x3"] and doc["gemm_math"] == "bf16x3" and doc["argv"] == argv
+    assert doc["rows"][0]["gemm_math"] == "bf16x3"
+    assert "gemm_math=bf16x3" in capsys.readouterr().out
 
 
 def test_a_layer_that_ran_pytorch_takes_the_short_path_next_time(monkeypatch):
