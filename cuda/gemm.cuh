@@ -752,11 +752,11 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const int k1 = min(static_cast<int>(p.k_stride), k0 + static_cast<int>(p.gemm_k_per_task));
   const int pos = index / static_cast<int>(p.k_blocks);
   const int tpg = static_cast<int>(p.tiles_per_group);
-  const long long t0 = static_cast<long long>(group) * tpg;
+  const long long t0 = static_cast<long long>(group) * tpg - ring_shift(p, group);   // first row of V and M
   const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
-  const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.tiles_padded * c_stride;
+  const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
-  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.tiles_padded * k_stride;
+  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
 #if MW_SPLIT_OPERANDS

@@ -38,8 +38,8 @@ static_assert(__builtin_offsetof(TraceRow, sm) == 0 && __builtin_offsetof(TraceR
 // Runtime parameters of one plan (megawino/core/abi.py PARAM_FIELDS).
 struct Params {
   long long U;  // float [alpha2][c_stride][k_stride]
-  long long V;  // float [alpha2][tiles_padded][c_stride]
-  long long Mbuf;  // float [alpha2][tiles_padded][k_stride]
+  long long V;  // float [alpha2][buffer_tiles][c_stride]
+  long long Mbuf;  // float [alpha2][buffer_tiles][k_stride]
   long long records;  // int32 [num_tasks][REC_FIELDS]
   long long mapping;  // int32 [num_tasks]: ticket -> task id
   long long ticket_records;  // int32 [num_tasks][REC_FIELDS]: records[mapping], the megakernel's by ticket
@@ -58,7 +58,8 @@ struct Params {
   long long tiles_w;
   long long tiles;
   long long tiles_per_group;
-  long long tiles_padded;
+  long long buffer_groups;  // groups whose rows V and M hold (a ring when fewer than all)
+  long long buffer_tiles;  // rows of V and M
   long long c_stride;
   long long k_stride;
   long long input_channels_per_task;

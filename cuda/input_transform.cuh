@@ -125,12 +125,12 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
   const int ncg = (c1 - c0 + LANE_CHANNELS - 1) / LANE_CHANNELS;
   const int items = tpg * ncg * LPT;
   const long long t_base = slice.t_base;
-  const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
+  const long long plane = p.buffer_tiles * p.c_stride;   // V stride between positions
   const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
   const int pad = static_cast<int>(p.pad);
   const int cs = static_cast<int>(p.c_stride);
   const bool vec = CPT > 1 && (c0 % CPT) == 0 && ((c1 - c0) % CPT) == 0;   // whole aligned groups
-  float* V = reinterpret_cast<float*>(p.V);
+  float* V = reinterpret_cast<float*>(p.V) - ring_shift(p, group) * p.c_stride;   // indexed by tile id
 
   for (int w = threadIdx.x; w < items; w += blockDim.x) {
     const int li = w & (LPT - 1);
@@ -213,11 +213,11 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
   const int npair = slice.tiles >> 1;
   const int items = npair * ncg;                          // warp items
   const long long t_base = slice.t_base;
-  const long long plane = p.tiles_padded * p.c_stride;   // V stride between positions
+  const long long plane = p.buffer_tiles * p.c_stride;   // V stride between positions
   const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
   const int pad = static_cast<int>(p.pad);
   const int cs = static_cast<int>(p.c_stride);
-  float* V = reinterpret_cast<float*>(p.V);
+  float* V = reinterpret_cast<float*>(p.V) - ring_shift(p, group) * p.c_stride;   // indexed by tile id
   const int lane = threadIdx.x & 31;
   const int s = lane >> 4, k = lane & 15;
   const bool hi = s != 0;

@@ -59,7 +59,7 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
 // between positions; vec: every lane slot holds OUTPUT_CPT real channels, aligned for one load.
 struct OutputItems {
   int tpg, K, k0, k1, nkg, items, ks;
-  long long t_base, plane;
+  long long t_base, plane, row_shift;   // row of M = tile id - row_shift
   bool vec;
 };
 __device__ __forceinline__ OutputItems output_items(const Params& p, int group, int index) {
@@ -74,7 +74,8 @@ __device__ __forceinline__ OutputItems output_items(const Params& p, int group, 
   o.items = o.tpg * o.nkg * OUTPUT_LPT;
   o.ks = static_cast<int>(p.k_stride);
   o.t_base = slice.t_base;
-  o.plane = p.tiles_padded * p.k_stride;
+  o.plane = p.buffer_tiles * p.k_stride;
+  o.row_shift = ring_shift(p, group);
   o.vec = (o.k0 % OUTPUT_CPT) == 0 && ((o.k1 - o.k0) % OUTPUT_CPT) == 0;
   return o;
 }
@@ -93,7 +94,7 @@ __device__ __forceinline__ void output_item(int w, int tpg, int k0, long long t_
 // kb its first channel, t its tile, src = &M[position 0][t][kb].  Both lane maps loop through this.
 template <class Body>
 __device__ __forceinline__ void for_each_output_item(const Params& p, const OutputItems& o, Body&& body) {
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf);
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf) - o.row_shift * o.ks;   // indexed by tile id
   for (int w = threadIdx.x; w < o.items; w += blockDim.x) {
     int kb;
     long long t;

@@ -40,3 +40,12 @@
 // by the transforms: cuda/split_operand.cuh, megawino.core.abi.split_bf16), so that its GEMM
 // multiplies straight from shared memory; every other build keeps them float32.
 #define MW_SPLIT_OPERANDS (MW_GEMM_BF16X3 && MW_GEMM_WGMMA)
+
+namespace mw {
+// Tile id minus row of V and M for the tiles of ``group``: the buffers hold buffer_groups groups,
+// group g in slot g mod buffer_groups (megawino.core.tasks.Layout.ring_shift).
+__device__ __forceinline__ long long ring_shift(const Params& p, int group) {
+  const int slots = static_cast<int>(p.buffer_groups);
+  return static_cast<long long>(group / slots) * slots * p.tiles_per_group;
+}
+}  // namespace mw

@@ -116,3 +116,70 @@ def test_images_per_batch_is_the_most_that_fit():
         n = executor.images_per_batch(spec, memory_budget=budget)
         assert executor.buffer_bytes(executor._batch_layout(spec, n, None, 4)) <= budget
         assert executor.buffer_bytes(executor._batch_layout(spec, n + 1, None, 4)) > budget
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_ring_buffers_same_bits_and_only_their_slots(layout):
+    """V and M as a ring (TaskParams.buffer_groups): the interleaved order's fewest slots and
+    a single slot (a sequential-by-group order) give the same y as whole buffers, in buffers of
+    buffer_tiles rows; an order that reuses a slot too early is refused before any task runs."""
+    import dataclasses
+    from megawino.schedule.mapping import (MappingError, MappingParams, build_interleaved,
+                                           ring_buffer_groups, validate_mapping)
+    spec = LayerSpec(6, 12, 10, 40, 36, layout=layout)
+    params = TaskParams(tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=8, gemm_k_per_task=8,
+                        output_k_per_task=4, filter_pairs_per_task=40, input_tiles_per_task=16,
+                        output_tiles_per_task=32)
+    graph = build_graph(spec, params)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(spec.input_shape).astype(np.float32)
+    w = rng.standard_normal(spec.weight_shape).astype(np.float32)
+    order = build_interleaved(graph, MappingParams(4, 12, 1)).order
+    ref = executor.execute(graph, order, x, w).y
+    ring = ring_buffer_groups(graph, order)
+    assert 1 < ring < graph.layout.num_groups
+    ring_graph = build_graph(spec, dataclasses.replace(params, buffer_groups=ring))
+    assert ring_graph.layout.v_shape[1] == ring * params.tiles_per_group
+    out = executor.execute(ring_graph, order, x, w)
+    assert out.V.shape == ring_graph.layout.v_shape and out.M.shape == ring_graph.layout.m_shape
+    assert np.array_equal(out.y, ref) and not np.isnan(out.y).any()
+    # One slot: each group's tasks in full before the next group's (filters first).
+    one = build_graph(spec, dataclasses.replace(params, buffer_groups=1))
+    types, groups = one.types, one.field("group")
+    by_group = np.lexsort((types, groups, types != 0)).astype(np.int32)
+    assert np.array_equal(executor.execute(one, by_group, x, w).y, ref)
+    with pytest.raises(MappingError, match="before its parent"):
+        validate_mapping(ring_graph, build_interleaved(graph, MappingParams(64, 64, 4)).order)
+
+
+def test_ring_waits_and_counters():
+    """The ring's graph: group g >= R's inputs wait for all GEMMs of g - R, its GEMMs for all
+    outputs of g - R (which signal their own counters), and earlier groups wait as without a ring;
+    the prepared-weight graph drops only the waits on the filter counter."""
+    import dataclasses
+    from megawino.core.tasks import TaskType
+    from megawino.schedule.mapping import without_filter_tasks
+    spec = LayerSpec(2, 16, 16, 40, 40)
+    params = TaskParams(tiles_per_group=GEMM_BLOCK_ROWS, input_channels_per_task=16, gemm_k_per_task=16,
+                        output_k_per_task=16, buffer_groups=2)
+    graph = build_graph(spec, params)
+    lay = graph.layout
+    assert lay.ring and lay.num_groups == 4 and lay.num_counters == 1 + 3 * 4
+    rec = graph.typed_records
+    for t in range(graph.num_tasks):
+        kind, g = TaskType(int(rec["type"][t])), int(rec["group"][t])
+        wait = (int(rec["wait_a"][t]), int(rec["need_a"][t]))
+        if kind == TaskType.INPUT:
+            assert wait == ((lay.counter_products_done(g - 2), lay.gemms_per_group) if g >= 2 else (-1, 0))
+        elif kind == TaskType.GEMM:
+            assert wait == ((lay.counter_outputs_done(g - 2), lay.outputs_per_group) if g >= 2
+                            else (lay.counter_filters_done(), lay.num_filter_tasks))
+        elif kind == TaskType.OUTPUT:
+            assert int(rec["signal"][t]) == lay.counter_outputs_done(g)
+    assert [int(n) for n in graph.counter_need[lay.counter_outputs_done(0):]] == [lay.outputs_per_group] * 4
+    prepared, _ = without_filter_tasks(graph, np.arange(graph.num_tasks, dtype=np.int32))
+    pw = prepared.typed_records
+    assert not (pw["wait_a"] == lay.counter_filters_done()).any()
+    assert (pw["wait_a"] >= 0).sum() == (rec["wait_a"] > lay.counter_filters_done()).sum()
+    with pytest.raises(ValueError, match="buffer_groups"):
+        TaskParams(buffer_groups=0)

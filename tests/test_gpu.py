@@ -245,6 +245,44 @@ def test_bitwise_across_mappings():
         assert bool((y == ref).all()), f"mapping #{i}: second launch differs"
 
 
+@pytest.mark.parametrize("gemm_math", ["3xtf32", "bf16x3"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_ring_buffers_bitwise(layout, gemm_math):
+    """V and M as a ring of fewer slots than groups (TaskParams.buffer_groups) give the same bits
+    as whole buffers: the interleaved order with the fewest slots it allows, random orders of the
+    ring's graph on two slots, a second launch, and the prepared-weight variant (no filter tasks);
+    the non-fused path refuses a ring."""
+    import dataclasses
+    import megawino
+    spec = LayerSpec(4, 24, 40, 47, 44, layout=layout)
+    params = TaskParams(m=4, tiles_per_group=64, input_channels_per_task=16, gemm_k_per_task=24,
+                        output_k_per_task=32, input_tiles_per_task=32, output_tiles_per_task=16)
+    x, w, xd, wd = _inputs(spec, 17)
+    ref = _run(megawino.plan(spec, params=params, gemm_math=gemm_math), xd, wd)
+    if gemm_math == "3xtf32":
+        assert rel_l2(_to_nchw(spec, ref), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+    graph = build_graph(spec, params)
+    mp = mapping_mod.MappingParams(8, 24, 1)
+    ring = mapping_mod.ring_buffer_groups(graph, mapping_mod.build_interleaved(graph, mp).order)
+    assert 1 < ring < graph.layout.num_groups
+    cases = [(dataclasses.replace(params, buffer_groups=ring), mp)]
+    two = dataclasses.replace(params, buffer_groups=2)
+    rng = _rng(29)
+    cases += [(two, random_topological_order(build_graph(spec, two), rng)) for _ in range(3)]
+    for i, (par, order) in enumerate(cases):
+        p = megawino.plan(spec, params=par, mapping=order, gemm_math=gemm_math)
+        assert p.V.shape[1] == p.task_layout.buffer_tiles < p.task_layout.tiles_padded
+        for launch in range(2):
+            y = _run(p, xd, wd)
+            assert bool((y == ref).all()), f"ring case {i}, launch {launch} differs"
+        for launch in range(2):   # the first call prepares U, the second runs without filter tasks
+            y = _poisoned(spec)
+            p(xd, wd, out=y, weight_token=("ring", i, layout, gemm_math))
+            assert bool((y == ref).all()), f"ring case {i}, prepared weights, launch {launch} differs"
+    with pytest.raises(ValueError, match="megakernel"):
+        megawino.plan(spec, params=cases[0][0], mapping=mp, algo="nonfused", gemm_math=gemm_math)
+
+
 def test_invalid_mapping_never_launched():
     import megawino
     spec = LayerSpec(1, 8, 8, 8, 8)

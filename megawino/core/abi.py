@@ -54,8 +54,8 @@ def unsplit_bf16(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 PARAM_FIELDS = (
     # device buffers (addresses)
     ("U", "float [alpha2][c_stride][k_stride]"),
-    ("V", "float [alpha2][tiles_padded][c_stride]"),
-    ("Mbuf", "float [alpha2][tiles_padded][k_stride]"),
+    ("V", "float [alpha2][buffer_tiles][c_stride]"),
+    ("Mbuf", "float [alpha2][buffer_tiles][k_stride]"),
     ("records", "int32 [num_tasks][REC_FIELDS]"),
     ("mapping", "int32 [num_tasks]: ticket -> task id"),
     ("ticket_records", "int32 [num_tasks][REC_FIELDS]: records[mapping], the megakernel's by ticket"),
@@ -67,7 +67,8 @@ PARAM_FIELDS = (
     ("out_h", ""), ("out_w", ""),
     # layout and task sizes (megawino.core.tasks.Layout, TaskParams)
     ("tiles_h", ""), ("tiles_w", ""), ("tiles", ""), ("tiles_per_group", ""),
-    ("tiles_padded", ""), ("c_stride", ""), ("k_stride", ""),
+    ("buffer_groups", "groups whose rows V and M hold (a ring when fewer than all)"),
+    ("buffer_tiles", "rows of V and M"), ("c_stride", ""), ("k_stride", ""),
     ("input_channels_per_task", ""), ("gemm_k_per_task", ""), ("k_blocks", ""),
     ("output_k_per_task", ""), ("filter_pairs_per_task", ""),
     ("input_tiles_per_task", ""), ("output_tiles_per_task", ""),

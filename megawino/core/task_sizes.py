@@ -140,8 +140,9 @@ def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
     def block(task_type, per_group, wait_a, need_a, wait_b, need_b, signal):
         g = np.repeat(np.arange(groups), per_group)
         idx = np.tile(np.arange(per_group), groups)
+        need = lambda n: n(g) if callable(n) else np.full(g.shape, n)  # noqa: E731
         cols = [np.full(g.shape, int(task_type)), g, idx,
-                wait_a(g), np.full(g.shape, need_a), wait_b(g), np.full(g.shape, need_b), signal(g)]
+                wait_a(g), need(need_a), wait_b(g), need(need_b), signal(g)]
         return np.stack(cols, axis=1)
 
     none = lambda g: np.full(g.shape, NO_COUNTER)  # noqa: E731
@@ -149,10 +150,23 @@ def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
                         np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
                         np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
                         np.full(n_f, layout.counter_filters_done())], axis=1)
-    inputs = block(TaskType.INPUT, s_i, none, 0, none, 0, lambda g: 1 + g)
-    gemms = block(TaskType.GEMM, s_g, lambda g: np.full(g.shape, 0), n_f,
-                  lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
-    outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0, none)
+    ring = layout.buffer_groups
+    if layout.ring:
+        # Group g reuses the slot of group g - ring: its inputs overwrite V once that group's GEMMs
+        # have read it, its GEMMs overwrite M once that group's outputs have.  The filter wait of
+        # those GEMMs is implied: every chain of waits back from them ends at a GEMM that has it.
+        reused = lambda g: g >= ring  # noqa: E731
+        inputs = block(TaskType.INPUT, s_i, lambda g: np.where(reused(g), 1 + groups + g - ring, NO_COUNTER),
+                       lambda g: np.where(reused(g), s_g, 0), none, 0, lambda g: 1 + g)
+        gemms = block(TaskType.GEMM, s_g, lambda g: np.where(reused(g), 1 + 2 * groups + g - ring, 0),
+                      lambda g: np.where(reused(g), s_o, n_f), lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
+        outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0,
+                        lambda g: 1 + 2 * groups + g)
+    else:
+        inputs = block(TaskType.INPUT, s_i, none, 0, none, 0, lambda g: 1 + g)
+        gemms = block(TaskType.GEMM, s_g, lambda g: np.full(g.shape, 0), n_f,
+                      lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
+        outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0, none)
     records = np.ascontiguousarray(np.concatenate([filters, inputs, gemms, outputs]), dtype=np.int32)
     graph = TaskGraph(layout, records)
     # The needs written into the records must equal the counters' in-degrees.

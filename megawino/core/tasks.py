@@ -89,6 +89,7 @@ TASK_PARAM_LIMITS = {
     "filter_pairs_per_task": INT32_MAX,
     "input_tiles_per_task": MAX_TILES_PER_GROUP,
     "output_tiles_per_task": MAX_TILES_PER_GROUP,
+    "buffer_groups": INT32_MAX,
 }
 
 
@@ -108,6 +109,11 @@ class TaskParams:
     # idle.
     input_tiles_per_task: int | None = None
     output_tiles_per_task: int | None = None
+    # Groups whose V and M rows the buffers hold (None: every group).  With fewer, group g uses
+    # slot g mod buffer_groups, so the buffers are a ring small enough to stay in L2; its input
+    # tasks then wait for the GEMMs, and its GEMMs for the outputs, of the group that held the
+    # slot before (build_graph), which only a megakernel ticket order can satisfy.
+    buffer_groups: int | None = None
 
     def __post_init__(self):
         if isinstance(self.m, bool) or self.m not in (2, 4):
@@ -131,6 +137,9 @@ class TaskParams:
                 raise ValueError(f"TaskParams.{field} must be a multiple of {TRANSFORM_MIN_TILES} "
                                  f"that divides tiles_per_group ({self.tiles_per_group}), got {value}")
             object.__setattr__(self, field, value)
+        if self.buffer_groups is not None:
+            object.__setattr__(self, "buffer_groups", _positive_int(
+                "TaskParams.buffer_groups", self.buffer_groups, TASK_PARAM_LIMITS["buffer_groups"]))
 
     @property
     def alpha(self) -> int:
@@ -141,10 +150,11 @@ class TaskParams:
 class Layout:
     """Sizes and strides of the Winograd buffers, shared by every executor.
 
-    U[alpha2][c_stride][k_stride], V[alpha2][tiles_padded][c_stride],
-    M[alpha2][tiles_padded][k_stride].  Padding rows / channels hold zeros: the
+    U[alpha2][c_stride][k_stride], V[alpha2][buffer_tiles][c_stride],
+    M[alpha2][buffer_tiles][k_stride].  Padding rows / channels hold zeros: the
     tasks that write a buffer also write its padding, so no buffer relies on
-    having been cleared.
+    having been cleared.  Tile t of group g is row t - ring_shift(g) of V and M: the
+    buffers hold ``buffer_groups`` groups, group g in slot g mod buffer_groups.
     """
 
     spec: LayerSpec
@@ -179,6 +189,26 @@ class Layout:
         return self.num_groups * self.params.tiles_per_group
 
     @property
+    def buffer_groups(self) -> int:
+        """Groups the V and M buffers hold (all of them unless TaskParams.buffer_groups is fewer)."""
+        wanted = self.params.buffer_groups
+        return self.num_groups if wanted is None else min(wanted, self.num_groups)
+
+    @property
+    def ring(self) -> bool:
+        """V and M are a ring of fewer slots than groups."""
+        return self.buffer_groups < self.num_groups
+
+    @property
+    def buffer_tiles(self) -> int:
+        """Rows of V and M."""
+        return self.buffer_groups * self.params.tiles_per_group
+
+    def ring_shift(self, group: int) -> int:
+        """Tile id minus row of V and M for the tiles of ``group``."""
+        return group // self.buffer_groups * self.buffer_groups * self.params.tiles_per_group
+
+    @property
     def c_stride(self) -> int:
         return round_up(self.spec.C, CHANNEL_ALIGN)
 
@@ -192,11 +222,11 @@ class Layout:
 
     @property
     def v_shape(self) -> tuple[int, int, int]:
-        return (self.alpha2, self.tiles_padded, self.c_stride)
+        return (self.alpha2, self.buffer_tiles, self.c_stride)
 
     @property
     def m_shape(self) -> tuple[int, int, int]:
-        return (self.alpha2, self.tiles_padded, self.k_stride)
+        return (self.alpha2, self.buffer_tiles, self.k_stride)
 
     # ---- task counts -------------------------------------------------
     @property
@@ -239,7 +269,7 @@ class Layout:
 
     def group_tile_range(self, group: int) -> tuple[int, int]:
         t = self.params.tiles_per_group
-        return group * t, (group + 1) * t        # rows of V and M (padded rows included)
+        return group * t, (group + 1) * t        # tile ids (padding tiles included)
 
     def _transform_slice(self, group: int, index: int, tiles_per_task: int, per: int,
                          total: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -270,7 +300,7 @@ class Layout:
     # ---- counters ----------------------------------------------------
     @property
     def num_counters(self) -> int:
-        return 1 + 2 * self.num_groups
+        return 1 + (3 if self.ring else 2) * self.num_groups
 
     def counter_filters_done(self) -> int:
         return 0
@@ -280,6 +310,10 @@ class Layout:
 
     def counter_products_done(self, group: int) -> int:
         return 1 + self.num_groups + group
+
+    def counter_outputs_done(self, group: int) -> int:
+        """Only with a ring: the next user of the group's slot waits for it."""
+        return 1 + 2 * self.num_groups + group
 
 
 @dataclasses.dataclass(frozen=True)

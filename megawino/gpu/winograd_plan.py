@@ -107,6 +107,11 @@ class Plan:
             mapping = chosen_mapping if mapping is None else mapping
         self.params = params
         self.graph = build_graph(spec, self.params)
+        if self.graph.layout.ring and algo != "megakernel":
+            raise ValueError(f"params.buffer_groups={params.buffer_groups} makes V and M a ring of "
+                             f"{self.graph.layout.buffer_groups} of {self.graph.layout.num_groups} groups, "
+                             "which only the megakernel's waits allow: use algo='megakernel' or "
+                             "buffer_groups=None")
         self.task_layout = self.graph.layout   # buffers, task counts, counters (spec.layout: NCHW / NHWC)
         # Validate the mapping on the host before anything is allocated or launched.
         self.order = resolve_order(self.graph, mapping)
@@ -166,7 +171,8 @@ class Plan:
             "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "pad": spec.padding,
             "out_h": spec.out_h, "out_w": spec.out_w,
             "tiles_h": lay.tiles_h, "tiles_w": lay.tiles_w, "tiles": lay.tiles,
-            "tiles_per_group": par.tiles_per_group, "tiles_padded": lay.tiles_padded,
+            "tiles_per_group": par.tiles_per_group,
+            "buffer_groups": lay.buffer_groups, "buffer_tiles": lay.buffer_tiles,
             "c_stride": lay.c_stride, "k_stride": lay.k_stride,
             "input_channels_per_task": par.input_channels_per_task,
             "gemm_k_per_task": par.gemm_k_per_task, "k_blocks": lay.k_blocks,

@@ -215,6 +215,32 @@ def validate_mapping(graph: TaskGraph, order) -> None:
             f"its parent at ticket {int(ticket_of[parent])} ({graph.describe_task(parent)})")
 
 
+def ring_buffer_groups(graph: TaskGraph, order, min_distance: int = 1) -> int:
+    """The fewest V / M slots (TaskParams.buffer_groups) that ``order`` allows: group g may use
+    group g - R's slot only if every GEMM of that group comes at least ``min_distance`` tickets
+    before g's first input, and every output of it that far before g's first GEMM (the waits
+    build_graph adds for a ring).  The number of groups means no ring."""
+    layout = graph.layout
+    groups = layout.num_groups
+    _positive_int("min_distance", min_distance)
+    order = np.asarray(order)
+    ticket_of = np.empty(graph.num_tasks, dtype=np.int64)
+    ticket_of[order] = np.arange(order.size)
+
+    def tickets(task_type):
+        ids = graph.ids_of(task_type)
+        return ticket_of[ids].reshape(groups, -1)
+    first_input = tickets(TaskType.INPUT).min(axis=1)
+    gemm = tickets(TaskType.GEMM)
+    first_gemm, last_gemm = gemm.min(axis=1), gemm.max(axis=1)
+    last_output = tickets(TaskType.OUTPUT).max(axis=1)
+    for ring in range(1, groups):
+        if np.all(first_input[ring:] - last_gemm[:-ring] >= min_distance) and \
+                np.all(first_gemm[ring:] - last_output[:-ring] >= min_distance):
+            return ring
+    return groups
+
+
 def dependency_distances(graph: TaskGraph, order) -> np.ndarray:
     """Per task: its ticket minus the latest parent's ticket (-1 for tasks without parents)."""
     order = np.asarray(order)
@@ -260,9 +286,9 @@ def without_filter_tasks(graph: TaskGraph, order: np.ndarray) -> tuple[TaskGraph
     n_f = graph.layout.num_filter_tasks
     kept_graph = TaskGraph(graph.layout, np.array(graph.records[n_f:], dtype=np.int32))   # a copy
     records = kept_graph.typed_records
-    gemm = records["type"] == int(TaskType.GEMM)
-    records["wait_a"][gemm] = NO_COUNTER
-    records["need_a"][gemm] = 0
+    on_filters = records["wait_a"] == graph.layout.counter_filters_done()
+    records["wait_a"][on_filters] = NO_COUNTER
+    records["need_a"][on_filters] = 0
     order = np.asarray(order)
     kept = order[order >= n_f] - n_f
     return kept_graph, kept.astype(np.int32)

@@ -54,6 +54,8 @@ SPEC_FIELDS = ("N", "C", "K", "H", "W")
 MAPPING_KEYS = {"dig": "dig", "dgo": "dgo", "m": "groups_per_column"}
 MAPPING_FIELDS = tuple(MAPPING_KEYS)
 PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
+# Tables written before TaskParams had buffer_groups (no ring) stay valid.
+PARAM_REQUIRED = tuple(name for name in PARAM_FIELDS if name != "buffer_groups")
 
 
 def gpu_key(device_name: str) -> str:
@@ -136,7 +138,7 @@ def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams
     check_object(entry, ENTRY_FIELDS, ENTRY_REQUIRED, where)
     check_object(entry["spec"], dict.fromkeys(SPEC_FIELDS, int), SPEC_FIELDS, f"{where}: 'spec'")
     check_object(entry["mapping"], dict.fromkeys(MAPPING_FIELDS), MAPPING_FIELDS, f"{where}: 'mapping'")
-    check_object(entry["params"], dict.fromkeys(PARAM_FIELDS), PARAM_FIELDS, f"{where}: 'params'")
+    check_object(entry["params"], dict.fromkeys(PARAM_FIELDS), PARAM_REQUIRED, f"{where}: 'params'")
     try:
         spec = parse_shape(key)
         shape = {k: getattr(spec, k) for k in SPEC_FIELDS}

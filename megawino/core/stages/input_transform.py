@@ -33,4 +33,5 @@ def run_task(layout, buffers, group: int, index: int, tf) -> None:
         d[..., :creal - c0] = np.where(inside[..., None], window, 0.0)
     BT = tf.BT.astype(np.float32)
     v = np.einsum("ia,tabc,jb->ijtc", BT, d, BT)
-    buffers.V[:, t0:t1, c0:c1] = v.reshape(layout.alpha2, t1 - t0, c1 - c0)
+    r0 = t0 - layout.ring_shift(group)
+    buffers.V[:, r0:r0 + t1 - t0, c0:c1] = v.reshape(layout.alpha2, t1 - t0, c1 - c0)

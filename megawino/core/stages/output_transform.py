@@ -12,7 +12,8 @@ def run_task(layout, buffers, group: int, index: int, tf) -> None:
     (t0, t1), (k0, k1) = layout.output_slices(group, index)
     n, th, tw, real = tile_coords(layout, t0, t1)
     AT = tf.AT.astype(np.float32)
-    mm = buffers.M[:, t0:t1, k0:k1].reshape(alpha, alpha, t1 - t0, k1 - k0)
+    r0 = t0 - layout.ring_shift(group)
+    mm = buffers.M[:, r0:r0 + t1 - t0, k0:k1].reshape(alpha, alpha, t1 - t0, k1 - k0)
     y = np.einsum("ia,abtk,jb->tijk", AT, mm, AT)                         # [t][m][m][k]
     oy = th[:, None] * m + np.arange(m)[None, :]
     ox = tw[:, None] * m + np.arange(m)[None, :]
