@@ -36,7 +36,8 @@ def configs_for(spec, names, workers):
                 mp = MappingParams(int(parts[1]), int(parts[2]), tuned_mapping.groups_per_column)
         else:
             tpg, dig, dgo, m = (int(v) for v in parts)
-            params = with_transform_split(spec, dataclasses.replace(tuned_params, tiles_per_group=tpg), workers)
+            params = with_transform_split(spec, dataclasses.replace(
+                tuned_params, tiles_per_group=tpg, input_tiles_per_task=None, output_tiles_per_task=None), workers)
             mp = MappingParams(dig, dgo, m)
         yield name, params, mp
 
