@@ -57,14 +57,18 @@ def _int_arg(name: str, value, minimum: int) -> int:
 
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
-         timeout_s: float | None = None, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
+         timeout_s: float | None = None, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH,
+         ring_buffers: bool = False):
     """A reusable plan for one layer shape: a Winograd plan for ``megakernel`` / ``nonfused``, a
     direct plan for ``direct``, a pointwise plan (1x1 stride-1 layers) for ``pointwise``.  ``gemm_math``: how the Winograd GEMM multiplies, ``"3xtf32"``
-    (default) or ``"ffma"``; ``timeout_s``: the watchdog limit (default ``$MEGAWINO_WATCHDOG_S``
-    or 2 s)."""
+    (default), ``"ffma"`` or ``"bf16x3"``; ``timeout_s``: the watchdog limit (default ``$MEGAWINO_WATCHDOG_S``
+    or 2 s); ``ring_buffers`` (megakernel): V and M hold only the fewest groups the ticket order
+    allows (a fraction of the memory, a few % slower: docs/experiments.md 72)."""
     check_gemm_math(gemm_math)
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+    if algo in ("direct", "pointwise") and ring_buffers is not False:
+        raise ValueError(f"ring_buffers needs algo='megakernel', got algo={algo!r}")
     if algo == "direct":
         if params is not None or mapping is not None or trace:
             raise ValueError("algo='direct' takes no task params, mapping or trace")
@@ -74,7 +78,7 @@ def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: 
             raise ValueError("algo='pointwise' takes no task params, mapping or trace")
         return PointwisePlan(spec, gemm_math=gemm_math)
     return Plan(spec, params=params, mapping=mapping, algo=algo, timeout_s=timeout_s, trace=trace,
-                gemm_math=gemm_math)
+                gemm_math=gemm_math, ring_buffers=ring_buffers)
 
 
 class _PlanCache:

@@ -281,6 +281,12 @@ def test_ring_buffers_bitwise(layout, gemm_math):
             assert bool((y == ref).all()), f"ring case {i}, prepared weights, launch {launch} differs"
     with pytest.raises(ValueError, match="megakernel"):
         megawino.plan(spec, params=cases[0][0], mapping=mp, algo="nonfused", gemm_math=gemm_math)
+    p = megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math, ring_buffers=True)
+    assert p.params.buffer_groups == ring
+    assert bool((_run(p, xd, wd) == ref).all()), "plan(ring_buffers=True) differs"
+    for algo in ("nonfused", "direct"):
+        with pytest.raises(ValueError, match="megakernel"):
+            megawino.plan(spec, algo=algo, ring_buffers=True)
 
 
 def test_invalid_mapping_never_launched():

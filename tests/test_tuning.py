@@ -256,6 +256,35 @@ def test_lookup_order_override_then_user_then_shipped(tmp_path, monkeypatch):
         tuning.choose(a, "h100")
 
 
+def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
+    """gemm_math="bf16x3" has a table of its own (<gpu>-bf16x3): its entry for the shape first,
+    then the GPU's entry for the shape, then its nearest entry; 3xTF32 and FFMA share the GPU's."""
+    shipped_dir = tmp_path / "shipped"
+    shipped_dir.mkdir()
+    monkeypatch.setattr(tuning, "mapping_dir", lambda: shipped_dir)
+    assert [tuning.table_key("h100", g) for g in ("3xtf32", "ffma", "bf16x3")] == ["h100", "h100", "h100-bf16x3"]
+    a, b, c = LayerSpec(64, 64, 64, 56, 56), LayerSpec(8, 32, 64, 28, 28), LayerSpec(8, 512, 512, 7, 7)
+    p_gpu, p_bf16 = TaskParams(tiles_per_group=64), TaskParams(tiles_per_group=128)
+    gpu = _one_entry_table(a, p_gpu, MappingParams(1, 1, 1))
+    tuning.write_entry(gpu, b, p_gpu, MappingParams(2, 2, 1))
+    (shipped_dir / "h100.json").write_text(json.dumps(gpu))
+    (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(_one_entry_table(a, p_bf16, MappingParams(3, 3, 1))))
+    assert tuning.choose(a, "h100-bf16x3", fallback="h100") == (p_bf16, MappingParams(3, 3, 1), "tuned")
+    assert tuning.choose(b, "h100-bf16x3", fallback="h100") == (p_gpu, MappingParams(2, 2, 1), "tuned for h100")
+    assert tuning.choose(c, "h100-bf16x3", fallback="h100")[1:] == (MappingParams(3, 3, 1), "nearest")
+    assert tuning.choose(a, "h100", fallback="h100")[2] == "tuned"
+
+
+def test_tune_gemm_math_writes_its_own_table(fake_tuner, monkeypatch):
+    seen = []
+    monkeypatch.setattr(fake_tuner, "tune_layer", lambda runtime, spec, **kw: seen.append(kw["gemm_math"])
+                        or _fake_tune_layer(runtime, spec))
+    table = fake_tuner.tune([LayerSpec(2, 16, 16, 12, 12)], budget_s=60, gemm_math="bf16x3")
+    assert seen == ["bf16x3"] and table["key"] == "h100-bf16x3"
+    assert table["path"] == str(tuning.user_table_path("h100-bf16x3"))
+    assert LayerSpec(2, 16, 16, 12, 12).shape_string in tuning.read_table(table["path"])["layers"]
+
+
 def _fake_tune_layer(runtime, spec, **kw):
     params = TaskParams(tiles_per_group=64)
     return {"winner": {"params": params, "mapping": MappingParams(5, 6, 1)}, "time_us": 10.0,

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..gpu.nvrtc import GEMM_MATHS
 from .common import DEFAULT_LAYER_BATCH, positive_float, positive_int, resolve_layer
 
 
@@ -22,6 +23,9 @@ def add_parser(sub) -> None:
     p.add_argument("--top", type=positive_int, default=6, help="candidates measured per layer after "
                                                                  "simulation ranks them (6)")
     p.add_argument("--reps", type=positive_int, default=10, help="timed runs per candidate (10)")
+    p.add_argument("--gemm-math", default=None, choices=tuple(GEMM_MATHS),
+                   help="the Winograd GEMM arithmetic of the tuned plans (default: the package's); "
+                        "bf16x3 has a table of its own, <gpu>-bf16x3.json")
     p.add_argument("--out", metavar="PATH", default=None,
                    help="table to write (default: the user's tuned table, <cache>/<gpu>.json)")
     p.set_defaults(func=cmd_tune)
@@ -58,7 +62,7 @@ def cmd_tune(args, out: Console, err: Console) -> int:
         bar = progress.add_task("tune", total=len(specs))
         table = tune.tune(specs, args.out, top=args.top, budget_s=args.budget, reps=args.reps,
                           on_start=lambda i, s: progress.update(bar, description=s.name),
-                          on_done=lambda i, s, r: progress.advance(bar))
+                          on_done=lambda i, s, r: progress.advance(bar), gemm_math=args.gemm_math)
     view = Table(title=f"tuned on {table['gpu']}", box=box.SIMPLE_HEAD, show_edge=False)
     for col in ("layer", "t/grp", "DIG", "DGO", "M", "us", "×default", "×seq", "sim err"):
         view.add_column(col, justify="left" if col == "layer" else "right")

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 
@@ -23,7 +24,7 @@ from ..core import abi, task_types
 from ..tuning import table as tuning
 from . import weights, workspace
 from .launch import KernelLaunch, Launcher
-from ..schedule.mapping import resolve_order, without_filter_tasks
+from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
                     cupy_module, module, operand_format)
 from ..core.spec import LayerSpec
@@ -58,7 +59,7 @@ class Plan:
 
     def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
                  algo: str = "megakernel", timeout_s: float | None = None, trace: bool = False,
-                 gemm_math: str = DEFAULT_GEMM_MATH):
+                 gemm_math: str = DEFAULT_GEMM_MATH, ring_buffers: bool = False):
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
         spec.require_winograd()
@@ -75,6 +76,9 @@ class Plan:
             raise ValueError("trace=True needs algo='megakernel'")
         if params is not None and not isinstance(params, TaskParams):
             raise ValueError(f"params must be a TaskParams, got {type(params).__name__}")
+        if not isinstance(ring_buffers, bool) or (ring_buffers and algo != "megakernel"):
+            raise ValueError(f"ring_buffers must be True or False, and True needs algo='megakernel' "
+                             f"(got {ring_buffers!r}, algo={algo!r})")
         self.gemm_math = check_gemm_math(gemm_math)
         cupy = require_gpu()
         if workspace.is_capturing():
@@ -101,10 +105,15 @@ class Plan:
         # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
         self.choice = "given"
         if params is None or mapping is None:
+            gpu = tuning.current_gpu_key()
             chosen_params, chosen_mapping, self.choice = tuning.choose(
-                spec, tuning.current_gpu_key(), m, self.workers)
+                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
+        if ring_buffers:
+            whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
+            params = dataclasses.replace(params, buffer_groups=ring_buffer_groups(
+                whole, resolve_order(whole, mapping)))
         self.params = params
         self.graph = build_graph(spec, self.params)
         if self.graph.layout.ring and algo != "megakernel":

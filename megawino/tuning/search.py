@@ -36,6 +36,7 @@ from ..schedule.simulator import CostModel, simulate
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph, default_params
 from ..schedule.timeline import Timeline
+from ..gpu.nvrtc import DEFAULT_GEMM_MATH
 from ..gpu.timing import rotated_inputs
 
 
@@ -100,6 +101,19 @@ def measure_us(runtime, spec, params, mapping, xs, w, reps: int = 10) -> float:
     return time_cuda_stats(fn, xs, warmup=3, reps=reps, check=plan.check)["median_us"]
 
 
+class _GemmMathRuntime:
+    """The runtime module with every plan made for one GEMM arithmetic."""
+
+    def __init__(self, runtime, gemm_math: str):
+        self._runtime, self._gemm_math = runtime, gemm_math
+
+    def plan(self, *args, **kwargs):
+        return self._runtime.plan(*args, gemm_math=self._gemm_math, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._runtime, name)
+
+
 def confirm(measure, names, rounds: int = 3) -> dict:
     """Median time of each configuration in ``names`` over ``rounds`` alternating passes
     (A B C, A B C, ...: a drift of the GPU's clock hits every one alike); ``measure(name)``
@@ -114,8 +128,12 @@ def confirm(measure, names, rounds: int = 3) -> dict:
 
 
 def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int = 10,
-               deadline: float | None = None, traces: int = 3, confirm_rounds: int = 3) -> dict:
-    """Tune one layer; returns the table entry's measured fields plus the winner."""
+               deadline: float | None = None, traces: int = 3, confirm_rounds: int = 3,
+               gemm_math: str | None = None) -> dict:
+    """Tune one layer (plans of ``gemm_math``, default the runtime's); returns the table entry's
+    measured fields plus the winner."""
+    if gemm_math is not None:
+        runtime = _GemmMathRuntime(runtime, gemm_math)
     rng = np.random.default_rng(seed)
     xs, w = rotated_inputs(spec, rng)
     params, mp, source = tuning.choose(spec, key=None)       # the heuristic, not the table
@@ -194,14 +212,15 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
 
 
 def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int = 10,
-         on_start=None, on_done=None) -> dict:
+         on_start=None, on_done=None, gemm_math: str | None = None) -> dict:
     """Tune every layer within ``budget_s`` seconds; updates the JSON table at ``out_path``
-    (default: the user's tuned table for this GPU, :func:`megawino.tuning.table.user_table_path`)
+    (default: the user's tuned table for this GPU and ``gemm_math``, :func:`megawino.tuning.table.user_table_path`
+    of :func:`megawino.tuning.table.table_key`)
     atomically after each layer.  A file there that is not a mapping table is a ValueError
     before anything is measured."""
     from .. import runtime
     name = tuning.device_name()
-    key = tuning.gpu_key(name)
+    key = tuning.table_key(tuning.gpu_key(name), gemm_math or DEFAULT_GEMM_MATH)
     path = pathlib.Path(out_path) if out_path else tuning.user_table_path(key)
     table = tuning.table_for_update(path)
     table.update(gpu=name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
@@ -215,7 +234,7 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
             results.append((spec, None))
             continue
         per_layer = deadline - (budget_s / len(specs)) * (len(specs) - i - 1)
-        res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer)
+        res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer, gemm_math=gemm_math)
         win = res.pop("winner")
         tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
         tuning.write_table(path, table)

@@ -82,6 +82,16 @@ def current_gpu_key(default: str = "h100") -> str:
     return gpu_key(name) if name else default
 
 
+# GEMM arithmetics whose GEMM tasks run at speeds of their own get a table of their own,
+# "<gpu>-<gemm_math>"; the others use the GPU's table ("h100.json" was tuned with 3xTF32).
+OWN_TABLE_GEMM_MATHS = ("bf16x3",)
+
+
+def table_key(gpu: str, gemm_math: str) -> str:
+    """The table key of GPU key ``gpu`` for plans of ``gemm_math``."""
+    return f"{gpu}-{gemm_math}" if gemm_math in OWN_TABLE_GEMM_MATHS else gpu
+
+
 def shipped_table_path(key: str) -> pathlib.Path:
     """The read-only table shipped in the package for GPU ``key``."""
     return mapping_dir() / f"{key}.json"
@@ -244,14 +254,23 @@ def _shape_distance(spec: LayerSpec, entry: dict) -> float:
 
 
 def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
-           workers: int = DEFAULT_WORKERS) -> tuple[TaskParams, MappingParams, str]:
-    """Task and mapping parameters for ``spec`` and where they came from."""
+           workers: int = DEFAULT_WORKERS, fallback: str | None = None) -> tuple[TaskParams, MappingParams, str]:
+    """Task and mapping parameters for ``spec`` and where they came from: table ``key``'s entry
+    for the shape ("tuned"), else table ``fallback``'s ("tuned for <fallback>"), else the
+    nearest tuned shape of ``key``'s table ("nearest"), else the heuristic."""
     spec.require_winograd()
-    table = load_table(key) if key else {"layers": {}}
-    layers = {k: v for k, v in table["layers"].items() if v["params"]["m"] == m}
     lookup = spec.with_(layout="NCHW", name="").shape_string
+
+    def layers_of(k):
+        table = load_table(k) if k else {"layers": {}}
+        return {name: v for name, v in table["layers"].items() if v["params"]["m"] == m}
+    layers = layers_of(key)
     if lookup in layers:
         return (*entry_params(layers[lookup], spec), "tuned")
+    if fallback and fallback != key:
+        other = layers_of(fallback)
+        if lookup in other:
+            return (*entry_params(other[lookup], spec), f"tuned for {fallback}")
     if layers:
         nearest = min(layers.values(), key=lambda e: _shape_distance(spec, e))
         task_params, mapping_params = entry_params(nearest, spec)
