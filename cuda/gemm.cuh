@@ -51,6 +51,9 @@ constexpr int MMA_SYNC_SMEM_FLOATS =
 #define MW_SPLIT_STAGES 4
 #endif
 constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
+#ifndef MW_SPLIT_WIDE
+#define MW_SPLIT_WIDE 1
+#endif
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 struct GemmSmem {
@@ -636,10 +639,13 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #if MW_SPLIT_OPERANDS
 // BF16x3 on warpgroup MMAs from split operands (sm_90a): V rows and U^T rows (megawino.core.abi
 // split_bf16) arrive through the cp.async ring already split, so the tensor cores read all four
-// parts from shared memory and no thread touches an operand.  The block's two warpgroups own
-// 64-row halves of a 128 x 64 tile (m64n64k16) or 32-column halves of a 64 x 64 tile
-// (m64n32k16).  Per 16-k sub-tile lo*hi + hi*lo + hi*hi is summed from zero on the tensor cores,
-// then added to the fp32 accumulator with one round-to-nearest FADD, as in Bf16x3Fragments.
+// parts from shared memory and no thread touches an operand.  A tile is ROWS (128 or 64) x COLS
+// (128 or 64): the block's two warpgroups own its 64-row halves, or the 64-column halves of a
+// 64-row tile; each multiplies 64 columns at a time (m64n64k16; m64n32k16 on a 64 x 64 tile).
+// The wider tile reads each V row block half as often from L2, which bounds this GEMM.  Per
+// 16-k sub-tile lo*hi + hi*lo + hi*hi is summed from zero on the tensor cores, then added to the
+// fp32 accumulator with one round-to-nearest FADD, as in Bf16x3Fragments (the same bits for
+// every tile shape).
 namespace split_tile {
 constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
 constexpr int PIECE_CHANNELS = 8;                        // channels of one 16-byte BF16 copy
@@ -651,24 +657,31 @@ constexpr unsigned ROW_BYTES = WGMMA_BK * 2;
 constexpr unsigned ROW_BLOCK_BYTES = 8 * ROW_BYTES;     // one 8-row group
 constexpr unsigned SUBTILE_BYTES = GEMM_BK * 2;         // k offset of sub-tile 1 in a row
 constexpr unsigned A_PART_BYTES = GEMM_BM * ROW_BYTES;
-constexpr unsigned B_PART_BYTES = GEMM_BN * ROW_BYTES;
-constexpr unsigned STAGE_BYTES = 2 * (A_PART_BYTES + B_PART_BYTES);
-static_assert(STAGE_BYTES == SPLIT_STAGE_FLOATS * 4 && PIECES == 4 && CHANNEL_ALIGN % PIECE_CHANNELS == 0,
+__host__ __device__ constexpr unsigned b_part_bytes(int cols) { return cols * ROW_BYTES; }
+__host__ __device__ constexpr unsigned stage_bytes(int cols) { return 2 * (A_PART_BYTES + b_part_bytes(cols)); }
+// The ring holds SPLIT_STAGES stages of a 64-column tile, or as many of a 128-column one.
+constexpr unsigned RING_BYTES = SPLIT_STAGES * stage_bytes(GEMM_BN);
+static_assert(RING_BYTES == SPLIT_STAGES * SPLIT_STAGE_FLOATS * 4 && PIECES == 4 &&
+              CHANNEL_ALIGN % PIECE_CHANNELS == 0 && RING_BYTES / stage_bytes(2 * GEMM_BN) >= 2,
               "stage layout");
 }  // namespace split_tile
 
-template <int ROWS>
+template <int ROWS, int COLS>
 __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
                                                        long long row0, int col0, int col_end, int c_stride,
                                                        int k_stride) {
   using namespace split_tile;
   constexpr int WARPGROUPS = BLOCK_THREADS / 128;
   constexpr int WARPGROUPS_M = ROWS / 64;
-  constexpr int WG_N = GEMM_BN / (WARPGROUPS / WARPGROUPS_M);
+  constexpr int WG_N = COLS / (WARPGROUPS / WARPGROUPS_M);   // columns of a warpgroup
+  constexpr int MMA_N = WG_N < 64 ? WG_N : 64;               // columns of one MMA
   constexpr int WARPS = BLOCK_THREADS / 32;
   constexpr int A_UNITS = ROWS / 8 * 2 / WARPS;     // (8-row group, part) units of A per warp and stage
-  constexpr int B_UNITS = GEMM_BN / 8 * 2 / WARPS;
-  static_assert(A_UNITS * WARPS == ROWS / 4 && B_UNITS * WARPS == GEMM_BN / 4 && (WG_N == 64 || WG_N == 32),
+  constexpr int B_UNITS = COLS / 8 * 2 / WARPS;
+  constexpr unsigned B_PART_BYTES = b_part_bytes(COLS);
+  constexpr unsigned STAGE_BYTES = stage_bytes(COLS);
+  constexpr int STAGES = RING_BYTES / STAGE_BYTES;
+  static_assert(A_UNITS * WARPS == ROWS / 4 && B_UNITS * WARPS == COLS / 4 && (MMA_N == 64 || MMA_N == 32),
                 "tile shape");
   const int tid = thread_index();
   const int lane = tid & 31, warp = tid >> 5;
@@ -686,20 +699,21 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   const float* a_src = Vp + (row0 + unit_row) * c_stride + src_word;
   const float* b_src = Up + static_cast<long long>(col0 + unit_row) * c_stride + src_word;
   const long long unit_step = static_cast<long long>(UNIT_ROWS) * c_stride;
+  const int b_rows_left = col_end - col0 - unit_row;   // of this thread's B unit 0
   const unsigned a_dst = smem + part * A_PART_BYTES + dst;
   const unsigned b_dst = smem + 2 * A_PART_BYTES + part * B_PART_BYTES + dst;
   int k_left = c_stride;   // k from the next copied tile on
   auto load_stage = [&](int, int stage) {
     const bool k_ok = k_left > PIECE_CHANNELS * piece;
+    const float* a = a_src;   // stepped, not indexed: fewer live 64-bit addresses
 #pragma unroll
-    for (int i = 0; i < A_UNITS; ++i)
-      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES,
-                           k_ok ? a_src + i * unit_step : Vp, k_ok);
+    for (int i = 0; i < A_UNITS; ++i, a += unit_step)
+      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES, k_ok ? a : Vp, k_ok);
+    const float* b = b_src;
 #pragma unroll
-    for (int i = 0; i < B_UNITS; ++i) {
-      const bool ok = k_ok && col0 + unit_row + i * UNIT_ROWS < col_end;
-      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES,
-                           ok ? b_src + i * unit_step : Up, ok);
+    for (int i = 0; i < B_UNITS; ++i, b += unit_step) {
+      const bool ok = k_ok && i * UNIT_ROWS < b_rows_left;
+      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES, ok ? b : Up, ok);
     }
     a_src += WGMMA_BK / 2;   // words: WGMMA_BK BF16
     b_src += WGMMA_BK / 2;
@@ -711,8 +725,8 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   const unsigned a_base = smem + (wg % WARPGROUPS_M) * 8 * ROW_BLOCK_BYTES;
   const unsigned b_base = smem + 2 * A_PART_BYTES + (wg / WARPGROUPS_M) * (WG_N / 8) * ROW_BLOCK_BYTES;
   auto desc = [](unsigned address) { return wgmma_desc_swizzle64(address, ROW_BLOCK_BYTES); };
-  auto mma = [](float (&d)[WG_N / 2], unsigned long long a, unsigned long long b, int accumulate) {
-    if constexpr (WG_N == 64) wgmma_bf16_m64n64k16(d, a, b, accumulate);
+  auto mma = [](float (&d)[MMA_N / 2], unsigned long long a, unsigned long long b, int accumulate) {
+    if constexpr (MMA_N == 64) wgmma_bf16_m64n64k16(d, a, b, accumulate);
     else wgmma_bf16_m64n32k16(d, a, b, accumulate);
   };
   float acc[WG_N / 2];
@@ -722,20 +736,23 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   int k_rest = c_stride;   // k from this stage on
   // The tensor cores read the copied stages without a proxy fence (cp.async lands in shared
   // memory for them as for loads; a fence here would also wait for the copies still in flight).
-  cp_async_pipeline<SPLIT_STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage) {
+  cp_async_pipeline<STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage) {
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
       if (k_rest <= sub * GEMM_BK) break;
-      const unsigned k_off = stage * STAGE_BYTES + sub * SUBTILE_BYTES;
-      const unsigned long long a_hi = desc(a_base + k_off), a_lo = desc(a_base + A_PART_BYTES + k_off);
-      const unsigned long long b_hi = desc(b_base + k_off), b_lo = desc(b_base + B_PART_BYTES + k_off);
-      float part[WG_N / 2];
-      wgmma_fence();
-      mma(part, a_lo, b_hi, 0);
-      mma(part, a_hi, b_lo, 1);
-      mma(part, a_hi, b_hi, 1);
-      add_wgmma_part(acc, part);
+      const unsigned a_hi = a_base + stage * STAGE_BYTES + sub * SUBTILE_BYTES, a_lo = a_hi + A_PART_BYTES;
+#pragma unroll
+      for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {   // the m64n{MMA_N} block of columns n0 ..
+        const unsigned b_hi = b_base + (n0 / 8) * ROW_BLOCK_BYTES + stage * STAGE_BYTES + sub * SUBTILE_BYTES;
+        const unsigned b_lo = b_hi + B_PART_BYTES;
+        float part[MMA_N / 2];
+        wgmma_fence();
+        mma(part, desc(a_lo), desc(b_hi), 0);
+        mma(part, desc(a_hi), desc(b_lo), 1);
+        mma(part, desc(a_hi), desc(b_hi), 1);
+        add_wgmma_part(*reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2), part);
+      }
     }
     k_rest -= WGMMA_BK;
   });
@@ -757,12 +774,23 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
+#if MW_SPLIT_OPERANDS
+  // 128-column tiles while more than 64 columns are left (MW_SPLIT_WIDE).
+  for (int col = k0; col < k1; col += MW_SPLIT_WIDE && k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
+    int r = 0;
+    if (MW_SPLIT_WIDE && k1 - col > GEMM_BN) {
+      for (; r + 128 <= tpg; r += 128)
+        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    } else {
+      for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    }
+  }
+#else
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
-#if MW_SPLIT_OPERANDS
-    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-    for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-#elif MW_GEMM_WGMMA
+#if MW_GEMM_WGMMA
     for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #else
@@ -770,6 +798,7 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #endif
   }
+#endif  // MW_SPLIT_OPERANDS
 }
 
 // The non-fused GEMM kernel runs its tasks position by position, K blocks innermost, so that one
