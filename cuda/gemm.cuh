@@ -51,8 +51,13 @@ constexpr int MMA_SYNC_SMEM_FLOATS =
 #define MW_SPLIT_STAGES 4
 #endif
 constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
+// MW_SPLIT_WIDE: 128-column tiles where a GEMM task has more than 64 columns left (the
+// megakernel; cuda/nonfused.cu sets 0).
 #ifndef MW_SPLIT_WIDE
 #define MW_SPLIT_WIDE 1
+#endif
+#ifndef MW_SPLIT_DIRECT
+#define MW_SPLIT_DIRECT 0
 #endif
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
@@ -737,6 +742,26 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   // The tensor cores read the copied stages without a proxy fence (cp.async lands in shared
   // memory for them as for loads; a fence here would also wait for the copies still in flight).
   cp_async_pipeline<STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage) {
+#if MW_SPLIT_DIRECT
+    wgmma_fence();
+#pragma unroll
+    for (int sub = 0; sub < SUBTILES; ++sub) {
+      if (k_rest <= sub * GEMM_BK) break;
+      const unsigned a_hi = a_base + stage * STAGE_BYTES + sub * SUBTILE_BYTES, a_lo = a_hi + A_PART_BYTES;
+#pragma unroll
+      for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {
+        const unsigned b_hi = b_base + (n0 / 8) * ROW_BLOCK_BYTES + stage * STAGE_BYTES + sub * SUBTILE_BYTES;
+        const unsigned b_lo = b_hi + B_PART_BYTES;
+        float (&d)[MMA_N / 2] = *reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2);
+        mma(d, desc(a_lo), desc(b_hi), 1);
+        mma(d, desc(a_hi), desc(b_lo), 1);
+        mma(d, desc(a_hi), desc(b_hi), 1);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_operands(acc);
+#else
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
@@ -754,6 +779,7 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
         add_wgmma_part(*reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2), part);
       }
     }
+#endif
     k_rest -= WGMMA_BK;
   });
   const int g = lane >> 2, t4 = lane & 3;
