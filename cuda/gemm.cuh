@@ -11,7 +11,7 @@
 // FFMA (the fragment types Tf32x3Fragments, FfmaFragments); gemm_tile_wgmma multiplies 3xTF32 on
 // warpgroup MMAs where the build targets sm_90a (MW_GEMM_WGMMA).  Every output element is one
 // fixed reduction over k = 0 .. c_stride-1: no split-K, no atomics, the same bits for every
-// mapping, the megakernel and the non-fused kernel, and the wgmma and mma.sync builds.
+// mapping, the megakernel and the non-fused kernel, and (3xTF32, FFMA) the wgmma and mma.sync builds.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -51,14 +51,6 @@ constexpr int MMA_SYNC_SMEM_FLOATS =
 #define MW_SPLIT_STAGES 4
 #endif
 constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
-// MW_SPLIT_WIDE: 128-column tiles where a GEMM task has more than 64 columns left (the
-// megakernel; cuda/nonfused.cu sets 0).
-#ifndef MW_SPLIT_WIDE
-#define MW_SPLIT_WIDE 1
-#endif
-#ifndef MW_SPLIT_DIRECT
-#define MW_SPLIT_DIRECT 0
-#endif
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 struct GemmSmem {
@@ -648,9 +640,9 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 // (128 or 64): the block's two warpgroups own its 64-row halves, or the 64-column halves of a
 // 64-row tile; each multiplies 64 columns at a time (m64n64k16; m64n32k16 on a 64 x 64 tile).
 // The wider tile reads each V row block half as often from L2, which bounds this GEMM.  Per
-// 16-k sub-tile lo*hi + hi*lo + hi*hi is summed from zero on the tensor cores, then added to the
-// fp32 accumulator with one round-to-nearest FADD, as in Bf16x3Fragments (the same bits for
-// every tile shape).
+// 16-k sub-tile the tensor cores add lo*hi, hi*lo and hi*hi straight into the fp32 accumulator
+// (no partial sums: the same bits for every tile shape, mapping and kernel, but not those of the
+// mma.sync BF16x3 tile, Bf16x3Fragments, which the other GPUs and the pointwise kernels run).
 namespace split_tile {
 constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
 constexpr int PIECE_CHANNELS = 8;                        // channels of one 16-byte BF16 copy
@@ -742,10 +734,10 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   // The tensor cores read the copied stages without a proxy fence (cp.async lands in shared
   // memory for them as for loads; a fence here would also wait for the copies still in flight).
   cp_async_pipeline<STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage) {
-#if MW_SPLIT_DIRECT
     wgmma_fence();
-#pragma unroll
+#pragma unroll 1   // unrolled, the NHWC megakernel spills under the 128-register cap
     for (int sub = 0; sub < SUBTILES; ++sub) {
+      // A sub-tile wholly past c_stride adds nothing (and adding its +0 products could flip a -0).
       if (k_rest <= sub * GEMM_BK) break;
       const unsigned a_hi = a_base + stage * STAGE_BYTES + sub * SUBTILE_BYTES, a_lo = a_hi + A_PART_BYTES;
 #pragma unroll
@@ -759,27 +751,8 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
       }
     }
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait_all();   // before the barrier after which the next copy overwrites this stage
     fence_operands(acc);
-#else
-#pragma unroll
-    for (int sub = 0; sub < SUBTILES; ++sub) {
-      // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
-      if (k_rest <= sub * GEMM_BK) break;
-      const unsigned a_hi = a_base + stage * STAGE_BYTES + sub * SUBTILE_BYTES, a_lo = a_hi + A_PART_BYTES;
-#pragma unroll
-      for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {   // the m64n{MMA_N} block of columns n0 ..
-        const unsigned b_hi = b_base + (n0 / 8) * ROW_BLOCK_BYTES + stage * STAGE_BYTES + sub * SUBTILE_BYTES;
-        const unsigned b_lo = b_hi + B_PART_BYTES;
-        float part[MMA_N / 2];
-        wgmma_fence();
-        mma(part, desc(a_lo), desc(b_hi), 0);
-        mma(part, desc(a_hi), desc(b_lo), 1);
-        mma(part, desc(a_hi), desc(b_hi), 1);
-        add_wgmma_part(*reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2), part);
-      }
-    }
-#endif
     k_rest -= WGMMA_BK;
   });
   const int g = lane >> 2, t4 = lane & 3;
@@ -801,10 +774,10 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
 #if MW_SPLIT_OPERANDS
-  // 128-column tiles while more than 64 columns are left (MW_SPLIT_WIDE).
-  for (int col = k0; col < k1; col += MW_SPLIT_WIDE && k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
+  // 128-column tiles while more than 64 columns are left.
+  for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;
-    if (MW_SPLIT_WIDE && k1 - col > GEMM_BN) {
+    if (k1 - col > GEMM_BN) {
       for (; r + 128 <= tpg; r += 128)
         gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
       for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
