@@ -1,6 +1,6 @@
 """The workload bench/sanitize.sh runs under compute-sanitizer: a few small layers with odd sizes,
-both Winograd algorithms (megakernel, nonfused), m = 2 and 4, both layouts, odd task sizes and
-both GEMM arithmetics, and the pointwise path in both layouts, each launched twice (the second launch runs on the scheduler state the
+both Winograd algorithms (megakernel, nonfused), m = 2 and 4, both layouts, odd task sizes, wide
+K blocks, V and M as a ring of slots, the GEMM arithmetics, and the pointwise path in both layouts, each launched twice (the second launch runs on the scheduler state the
 first one reset), then twice more through the plan's launcher (megawino.gpu.launch: prepared
 weights, argument arrays built once), and checked against a float64 direct convolution.
 
@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from megawino.core.spec import LayerSpec  # noqa: E402
 from megawino.core.tasks import TaskParams  # noqa: E402
+from megawino.schedule.mapping import MappingParams  # noqa: E402
 from megawino.core.winograd import direct_conv_nchw, rel_l2  # noqa: E402
 from megawino.gpu.call_checks import ENV_WATCHDOG  # noqa: E402
 
@@ -35,7 +36,15 @@ ODD_PARAMS = TaskParams(m=4, tiles_per_group=128, input_channels_per_task=20, ge
                         output_k_per_task=12, filter_pairs_per_task=100, input_tiles_per_task=32,
                         output_tiles_per_task=16)
 
-# (layer, algo, m (None: not Winograd), task params (None: the table / heuristic), gemm_math)
+# Task sizes with K blocks of 100 columns (the split BF16x3 tile's 128-column tiles, partly past
+# the block) and groups of 64 tiles (enough groups for a ring of V and M slots).
+WIDE_PARAMS = TaskParams(m=4, tiles_per_group=64, input_channels_per_task=24, gemm_k_per_task=100,
+                         output_k_per_task=40, filter_pairs_per_task=700, input_tiles_per_task=32,
+                         output_tiles_per_task=16)
+RING = {"mapping": MappingParams(8, 24, 1), "ring_buffers": True}
+
+# (layer, algo, m (None: not Winograd), task params (None: the table / heuristic), gemm_math[,
+# further plan arguments])
 CASES = [
     (LayerSpec(1, 13, 11, 9, 7), "megakernel", 4, None, "3xtf32"),
     (LayerSpec(1, 13, 11, 9, 7), "nonfused", 4, None, "3xtf32"),
@@ -48,6 +57,10 @@ CASES = [
     # BF16x3: split operands on sm_90a (partial pieces, sub-tiles and column tiles), mma.sync elsewhere.
     (LayerSpec(2, 44, 37, 13, 11), "megakernel", 4, ODD_PARAMS, "bf16x3"),
     (LayerSpec(2, 44, 37, 13, 11, layout="NHWC"), "nonfused", 2, None, "bf16x3"),
+    (LayerSpec(2, 40, 150, 9, 12), "megakernel", 4, WIDE_PARAMS, "bf16x3"),
+    # V and M as a ring of slots: inputs and GEMMs wait for the group whose slot they reuse.
+    (LayerSpec(6, 24, 150, 40, 38), "megakernel", 4, WIDE_PARAMS, "bf16x3", RING),
+    (LayerSpec(6, 24, 40, 40, 38, layout="NHWC"), "megakernel", 4, WIDE_PARAMS, "3xtf32", RING),
     # The pointwise path: partial row and column tiles read and written in unpadded tensors.
     (LayerSpec(3, 36, 200, 6, 10, 1, 1, 1, 0), "pointwise", None, None, "3xtf32"),
     (LayerSpec(3, 20, 44, 7, 5, 1, 1, 1, 0, "NHWC"), "pointwise", None, None, "3xtf32"),
@@ -55,11 +68,12 @@ CASES = [
 
 
 def describe(case) -> str:
-    spec, algo, m, params, gemm_math = case
+    spec, algo, m, params, gemm_math, *extra = case
     if m is None:
         return f"{spec.describe()} {spec.layout} {algo} {gemm_math}"
-    sizes = "odd task sizes" if params is not None else "default task sizes"
-    return f"{spec.describe()} {spec.layout} {algo} m={m} {gemm_math} {sizes}"
+    sizes = {None: "default task sizes", ODD_PARAMS: "odd task sizes", WIDE_PARAMS: "wide K blocks"}[params]
+    ring = " ring buffers" if extra and extra[0].get("ring_buffers") else ""
+    return f"{spec.describe()} {spec.layout} {algo} m={m} {gemm_math} {sizes}{ring}"
 
 
 def run_case(case, rng) -> float:
@@ -68,12 +82,14 @@ def run_case(case, rng) -> float:
     import cupy
     import megawino
     from megawino.core.task_sizes import default_params
-    spec, algo, m, params, gemm_math = case
+    spec, algo, m, params, gemm_math, *extra = case
     if m is None:          # not Winograd: no task params
         plan = megawino.plan(spec, algo=algo, gemm_math=gemm_math)
     else:
         params = params if params is not None else default_params(spec, m)
-        plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math)
+        plan = megawino.plan(spec, params=params, algo=algo, gemm_math=gemm_math, **(extra[0] if extra else {}))
+        if extra and extra[0].get("ring_buffers") and not plan.task_layout.ring:
+            raise RuntimeError("the ring case's plan holds every group: no ring was tested")
     x = rng.standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32)
     w = rng.standard_normal(spec.weight_shape).astype(np.float32)
     x_layout = x if spec.layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
