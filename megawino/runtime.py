@@ -58,16 +58,17 @@ def _int_arg(name: str, value, minimum: int) -> int:
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
          timeout_s: float | None = None, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH,
-         ring_buffers: bool = False):
+         ring_buffers: bool | None = None):
     """A reusable plan for one layer shape: a Winograd plan for ``megakernel`` / ``nonfused``, a
     direct plan for ``direct``, a pointwise plan (1x1 stride-1 layers) for ``pointwise``.  ``gemm_math``: how the Winograd GEMM multiplies, ``"3xtf32"``
     (default), ``"ffma"`` or ``"bf16x3"``; ``timeout_s``: the watchdog limit (default ``$MEGAWINO_WATCHDOG_S``
     or 2 s); ``ring_buffers`` (megakernel): V and M hold only the fewest groups the ticket order
-    allows (a fraction of the memory, a few % slower: docs/experiments.md 72)."""
+    allows (a fraction of the memory, a few % slower: docs/experiments.md 72); None (the default):
+    where whole V and M would take more than a quarter of the GPU's memory."""
     check_gemm_math(gemm_math)
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
-    if algo in ("direct", "pointwise") and ring_buffers is not False:
+    if algo in ("direct", "pointwise") and ring_buffers:
         raise ValueError(f"ring_buffers needs algo='megakernel', got algo={algo!r}")
     if algo == "direct":
         if params is not None or mapping is not None or trace:

@@ -183,3 +183,18 @@ def test_ring_waits_and_counters():
     assert (pw["wait_a"] >= 0).sum() == (rec["wait_a"] > lay.counter_filters_done()).sum()
     with pytest.raises(ValueError, match="buffer_groups"):
         TaskParams(buffer_groups=0)
+
+
+def test_automatic_ring_only_where_whole_buffers_crowd_the_gpu():
+    """plan(ring_buffers=None) rings V and M when they would take more than RING_MEMORY_SHARE of
+    the GPU's memory: VGG-16 conv1_2 at batch 64 (3.7 GB) not on 80 GB, at batch 1024 it does."""
+    from megawino.gpu.winograd_plan import RING_MEMORY_SHARE, workspace_needs_ring
+    from megawino.core.tasks import Layout
+    spec = LayerSpec(64, 64, 64, 224, 224)
+    params = TaskParams(tiles_per_group=256, input_channels_per_task=32, gemm_k_per_task=64)
+    whole = Layout(spec, params)
+    vm = 4 * (np.prod(whole.v_shape) + np.prod(whole.m_shape))
+    assert not workspace_needs_ring(whole, 80 << 30)
+    assert workspace_needs_ring(Layout(spec.with_(N=1024), params), 80 << 30)
+    assert workspace_needs_ring(whole, int(vm / RING_MEMORY_SHARE) - 1)
+    assert not workspace_needs_ring(whole, int(vm / RING_MEMORY_SHARE) + 4)

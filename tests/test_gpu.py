@@ -247,7 +247,7 @@ def test_bitwise_across_mappings():
 
 @pytest.mark.parametrize("gemm_math", ["3xtf32", "bf16x3"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_ring_buffers_bitwise(layout, gemm_math):
+def test_ring_buffers_bitwise(layout, gemm_math, monkeypatch):
     """V and M as a ring of fewer slots than groups (TaskParams.buffer_groups) give the same bits
     as whole buffers: the interleaved order with the fewest slots it allows, random orders of the
     ring's graph on two slots, a second launch, and the prepared-weight variant (no filter tasks);
@@ -282,8 +282,17 @@ def test_ring_buffers_bitwise(layout, gemm_math):
     with pytest.raises(ValueError, match="megakernel"):
         megawino.plan(spec, params=cases[0][0], mapping=mp, algo="nonfused", gemm_math=gemm_math)
     p = megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math, ring_buffers=True)
-    assert p.params.buffer_groups == ring
+    assert p.params.buffer_groups == ring and "ring of" in repr(p)
     assert bool((_run(p, xd, wd) == ref).all()), "plan(ring_buffers=True) differs"
+    # Automatic (the default): a ring only where whole V and M would crowd the GPU's memory.
+    from megawino.gpu import winograd_plan
+    assert not megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math).task_layout.ring
+    monkeypatch.setattr(winograd_plan, "RING_MEMORY_SHARE", 1e-9)
+    auto = megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math)
+    assert auto.task_layout.buffer_groups == ring and bool((_run(auto, xd, wd) == ref).all())
+    assert not megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math,
+                             ring_buffers=False).task_layout.ring
+    assert not megawino.plan(spec, params=params, mapping=mp, algo="nonfused", gemm_math=gemm_math).task_layout.ring
     for algo in ("nonfused", "direct"):
         with pytest.raises(ValueError, match="megakernel"):
             megawino.plan(spec, algo=algo, ring_buffers=True)

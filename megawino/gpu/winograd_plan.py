@@ -29,12 +29,25 @@ from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKern
                     cupy_module, module, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
-from ..core.tasks import TaskGraph, TaskParams, TaskType
+from ..core.tasks import Layout, TaskGraph, TaskParams, TaskType
 from .call_checks import default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError
 
 
 _LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+# A megakernel plan whose whole V and M would take more than this share of the GPU's memory makes
+# them a ring of slots: that costs a few % of time (docs/experiments.md 72), running out of
+# memory costs the call.
+RING_MEMORY_SHARE = 0.25
+
+
+def workspace_needs_ring(layout, device_bytes: int) -> bool:
+    """Whether ``plan(ring_buffers=None)`` makes V and M of ``layout`` a ring on a GPU of
+    ``device_bytes`` bytes."""
+    whole = 4 * (np.prod(layout.v_shape, dtype=np.int64) + np.prod(layout.m_shape, dtype=np.int64))
+    return bool(whole > RING_MEMORY_SHARE * device_bytes)
 
 
 class _Variant:
@@ -59,7 +72,7 @@ class Plan:
 
     def __init__(self, spec: LayerSpec, params: TaskParams | None = None, mapping=None,
                  algo: str = "megakernel", timeout_s: float | None = None, trace: bool = False,
-                 gemm_math: str = DEFAULT_GEMM_MATH, ring_buffers: bool = False):
+                 gemm_math: str = DEFAULT_GEMM_MATH, ring_buffers: bool | None = None):
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
         spec.require_winograd()
@@ -76,9 +89,9 @@ class Plan:
             raise ValueError("trace=True needs algo='megakernel'")
         if params is not None and not isinstance(params, TaskParams):
             raise ValueError(f"params must be a TaskParams, got {type(params).__name__}")
-        if not isinstance(ring_buffers, bool) or (ring_buffers and algo != "megakernel"):
-            raise ValueError(f"ring_buffers must be True or False, and True needs algo='megakernel' "
-                             f"(got {ring_buffers!r}, algo={algo!r})")
+        if not (ring_buffers is None or isinstance(ring_buffers, bool)) or (ring_buffers and algo != "megakernel"):
+            raise ValueError(f"ring_buffers must be None (automatic), True or False, and True needs "
+                             f"algo='megakernel' (got {ring_buffers!r}, algo={algo!r})")
         self.gemm_math = check_gemm_math(gemm_math)
         cupy = require_gpu()
         if workspace.is_capturing():
@@ -110,6 +123,10 @@ class Plan:
                 spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
+        if ring_buffers is None:
+            ring_buffers = algo == "megakernel" and params.buffer_groups is None and \
+                workspace_needs_ring(Layout(spec, params), cupy.cuda.Device().mem_info[1])
+        self.ring_buffers = bool(ring_buffers)
         if ring_buffers:
             whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
             params = dataclasses.replace(params, buffer_groups=ring_buffer_groups(
@@ -356,8 +373,10 @@ class Plan:
         self.workspace().state[abi.state_offset("BREAK")] = int(counter_index)
 
     def __repr__(self) -> str:
+        lay = self.task_layout
+        ring = f", ring of {lay.buffer_groups} of {lay.num_groups} groups" if lay.ring else ""
         return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
-                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}, device={self.device})")
+                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}{ring}, device={self.device})")
 
 
 def synchronize() -> None:
