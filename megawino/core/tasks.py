@@ -110,9 +110,9 @@ class TaskParams:
     input_tiles_per_task: int | None = None
     output_tiles_per_task: int | None = None
     # Groups whose V and M rows the buffers hold (None: every group).  With fewer, group g uses
-    # slot g mod buffer_groups, so the buffers are a ring small enough to stay in L2; its input
-    # tasks then wait for the GEMMs, and its GEMMs for the outputs, of the group that held the
-    # slot before (build_graph), which only a megakernel ticket order can satisfy.
+    # slot g mod buffer_groups, a ring that takes a fraction of the memory; its input tasks then
+    # wait for the GEMMs, and its GEMMs for the outputs, of the group that held the slot before
+    # (build_graph), which only a megakernel ticket order can satisfy.
     buffer_groups: int | None = None
 
     def __post_init__(self):

@@ -274,6 +274,8 @@ def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
     if layers:
         nearest = min(layers.values(), key=lambda e: _shape_distance(spec, e))
         task_params, mapping_params = entry_params(nearest, spec)
+        # Ring slots are counted for the entry's own shape and order.
+        task_params = dataclasses.replace(task_params, buffer_groups=None)
         return task_params, mapping_params, "nearest"
     params = default_params(spec, m)
     return params, default_mapping_params(Layout(spec, params), workers), "heuristic"
