@@ -195,7 +195,16 @@ def choose_algo(spec: LayerSpec, gemm_math: str = DEFAULT_GEMM_MATH, prepared_we
         except ValueError:        # a limit the shape checks do not cover (workspace size)
             continue
         token = ("choose_algo", spec, algo) if prepared_weights else None
-        candidates[algo] = lambda p=p, token=token: p(x, w, out=y, check=False, weight_token=token)
+        run = lambda p=p, token=token: p(x, w, out=y, check=False, weight_token=token)  # noqa: E731
+        try:
+            run()                 # allocates the workspace
+        except cupy.cuda.memory.OutOfMemoryError:   # e.g. the non-fused path's whole V and M of a
+            PLANS.discard((device, spec, algo, gemm_math))   # layer the megakernel runs in a ring
+            continue
+        candidates[algo] = run
+    if not candidates:
+        raise MemoryError(f"no megawino algorithm for {spec.describe()} fits the GPU's free memory "
+                          "(split the batch into smaller calls)")
     choice = choose_fastest(key, candidates)
     for algo in candidates:
         if algo != choice:                    # the losers' workspaces are not kept

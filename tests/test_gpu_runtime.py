@@ -184,3 +184,32 @@ def test_a_plan_refuses_a_device_other_than_its_own():
         p.device = p.device + 1                   # as if the plan had been made on another GPU
         with pytest.raises(ValueError, match="made on device"):
             p(xd, wd)
+
+
+def test_choose_algo_skips_an_algorithm_whose_workspace_does_not_fit(monkeypatch):
+    """algo="auto" times only the algorithms whose workspace fits: one that runs out of memory on
+    its first call (here the non-fused path, made to) is dropped, and conv2d runs the fastest of
+    the others; none fitting is a MemoryError that says what to do."""
+    import megawino
+    from megawino.gpu import workspace
+    cp = _cp()
+    real = workspace.PlanWorkspace
+
+    def refuse_nonfused(plan, capturing):
+        if plan.algo == "nonfused":
+            raise cp.cuda.memory.OutOfMemoryError(1 << 40, 0, 0)
+        return real(plan, capturing)
+    monkeypatch.setattr(workspace, "PlanWorkspace", refuse_nonfused)
+    spec = LayerSpec(2, 40, 24, 19, 13)          # a shape no other test times
+    assert megawino.choose_algo(spec) in ("megakernel", "direct")
+    x, w, xd, wd = _case(spec, 41)
+    y = megawino.conv2d(xd, wd, padding=1)
+    assert rel_l2(y.get(), direct_conv_nchw(x, w, 1, 1)) < 3e-6
+
+    def out_of_memory(*args, **kwargs):
+        raise cp.cuda.memory.OutOfMemoryError(1 << 40, 0, 0)
+    from megawino.direct.plan import DirectPlan
+    monkeypatch.setattr(workspace, "PlanWorkspace", out_of_memory)
+    monkeypatch.setattr(DirectPlan, "__call__", out_of_memory)
+    with pytest.raises(MemoryError, match="split the batch"):
+        megawino.choose_algo(LayerSpec(2, 40, 24, 23, 13))
