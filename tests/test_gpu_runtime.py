@@ -191,6 +191,7 @@ def test_choose_algo_skips_an_algorithm_whose_workspace_does_not_fit(monkeypatch
     its first call (here the non-fused path, made to) is dropped, and conv2d runs the fastest of
     the others; none fitting is a MemoryError that says what to do."""
     import megawino
+    from megawino import runtime
     from megawino.gpu import workspace
     cp = _cp()
     real = workspace.PlanWorkspace
@@ -201,7 +202,7 @@ def test_choose_algo_skips_an_algorithm_whose_workspace_does_not_fit(monkeypatch
         return real(plan, capturing)
     monkeypatch.setattr(workspace, "PlanWorkspace", refuse_nonfused)
     spec = LayerSpec(2, 40, 24, 19, 13)          # a shape no other test times
-    assert megawino.choose_algo(spec) in ("megakernel", "direct")
+    assert runtime.choose_algo(spec) in ("megakernel", "direct")
     x, w, xd, wd = _case(spec, 41)
     y = megawino.conv2d(xd, wd, padding=1)
     assert rel_l2(y.get(), direct_conv_nchw(x, w, 1, 1)) < 3e-6
@@ -212,4 +213,4 @@ def test_choose_algo_skips_an_algorithm_whose_workspace_does_not_fit(monkeypatch
     monkeypatch.setattr(workspace, "PlanWorkspace", out_of_memory)
     monkeypatch.setattr(DirectPlan, "__call__", out_of_memory)
     with pytest.raises(MemoryError, match="split the batch"):
-        megawino.choose_algo(LayerSpec(2, 40, 24, 23, 13))
+        runtime.choose_algo(LayerSpec(2, 40, 24, 23, 13))
