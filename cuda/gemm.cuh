@@ -4,7 +4,8 @@
 // tensor cores (MW_GEMM_TF32X3=1: fp32-level error at tensor-core speed) or as one FFMA chain per
 // element (MW_GEMM_TF32X3=0).
 //
-// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 tile), 256 threads, a cp.async
+// Block tile 128 rows x 64 columns (64-row chunks take a 64 x 64 tile; the split BF16x3 tile up to
+// 128 columns), 256 threads, a cp.async
 // ring of 16-byte copies (L1 bypassed: .cg; cp_async_pipeline; GEMM_STAGES of BK = 16, or
 // WGMMA_STAGES of WGMMA_BK = 32 for the wgmma tile), V rows (C contiguous) as A, U rows (K
 // contiguous) as B.  gemm_tile multiplies with mma.sync or
@@ -639,7 +640,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 // parts from shared memory and no thread touches an operand.  A tile is ROWS (128 or 64) x COLS
 // (128 or 64): the block's two warpgroups own its 64-row halves, or the 64-column halves of a
 // 64-row tile; each multiplies 64 columns at a time (m64n64k16; m64n32k16 on a 64 x 64 tile).
-// The wider tile reads each V row block half as often from L2, which bounds this GEMM.  Per
+// The wider tile copies a task's V rows once per 128 columns instead of once per 64.  Per
 // 16-k sub-tile the tensor cores add lo*hi, hi*lo and hi*hi straight into the fp32 accumulator
 // (no partial sums: the same bits for every tile shape, mapping and kernel, but not those of the
 // mma.sync BF16x3 tile, Bf16x3Fragments, which the other GPUs and the pointwise kernels run).
