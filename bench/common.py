@@ -44,6 +44,21 @@ def median(values: Iterable) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def synchronous_median_us(call, reps: int) -> float:
+    """Median microseconds of ``call()`` over ``reps`` launches, each between its own CUDA events
+    on the current stream and waited for before the next (no host run-ahead)."""
+    import cupy
+    times = []
+    for _ in range(reps):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+    return statistics.median(times)
+
+
 def geomean(values: Iterable) -> float | None:
     """Geometric mean of the finite positive numbers in ``values`` (None if none)."""
     vals = _finite_positive(values)

@@ -63,7 +63,7 @@ def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: 
     direct plan for ``direct``, a pointwise plan (1x1 stride-1 layers) for ``pointwise``.  ``gemm_math``: how the Winograd GEMM multiplies, ``"3xtf32"``
     (default), ``"ffma"`` or ``"bf16x3"``; ``timeout_s``: the watchdog limit (default ``$MEGAWINO_WATCHDOG_S``
     or 2 s); ``ring_buffers`` (megakernel): V and M hold only the fewest groups the ticket order
-    allows (a fraction of the memory, a few % slower: docs/experiments.md 72); None (the default):
+    allows (a fraction of the memory, at the cost of the ring's waits); None (the default):
     where whole V and M would take more than a quarter of the GPU's memory."""
     check_gemm_math(gemm_math)
     if algo not in ALGOS:

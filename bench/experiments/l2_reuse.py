@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +24,9 @@ import megawino
 from megawino.core import suite
 from megawino.core.task_sizes import default_params
 from megawino.schedule.mapping import MappingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import synchronous_median_us  # noqa: E402
 
 CONFIGS = "256/264/264/1,256/66/66/1,256/132/132/1,256/528/528/1,128/264/264/1,128/132/132/1,128/66/66/4,64/132/132/4"
 
@@ -53,15 +57,8 @@ def main(argv=None) -> int:
         if args.once:
             continue
         ref = y.copy() if ref is None else ref
-        times = []
-        for _ in range(args.reps):
-            a, b = cp.cuda.Event(), cp.cuda.Event()
-            a.record()
-            plan(x, w, out=y)
-            b.record()
-            b.synchronize()
-            times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
-        row = {"config": config, "us": statistics.median(times), "same": bool(cp.array_equal(y, ref))}
+        us = synchronous_median_us(lambda: plan(x, w, out=y), args.reps)
+        row = {"config": config, "us": us, "same": bool(cp.array_equal(y, ref))}
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from megawino.core import suite
 from megawino.core.task_sizes import build_graph, with_transform_split
 from megawino.schedule.mapping import MappingParams, build_interleaved, ring_buffer_groups
 from megawino.tuning import table as tuning
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import synchronous_median_us  # noqa: E402
 
 CONFIGS = "tuned,tuned/66/66,128/66/66/1,128/132/132/1,64/132/132/1,256/66/66/1"
 
@@ -75,18 +79,11 @@ def main(argv=None) -> int:
                 plan(x, w, out=y)
                 cp.cuda.get_current_stream().synchronize()
                 ref = y.copy() if ref is None else ref
-                times = []
-                for _ in range(args.reps):
-                    a, b = cp.cuda.Event(), cp.cuda.Event()
-                    a.record()
-                    plan(x, w, out=y)
-                    b.record()
-                    b.synchronize()
-                    times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
+                us = synchronous_median_us(lambda: plan(x, w, out=y), args.reps)
                 vm_bytes = 4 * tl.alpha2 * tl.buffer_tiles * (tl.c_stride + tl.k_stride)
                 row = {"layer": spec.name, "config": name, "params": dataclasses.asdict(par),
                        "mapping": dataclasses.asdict(mp), "ring": what, "buffer_groups": tl.buffer_groups,
-                       "groups": tl.num_groups, "vm_mb": vm_bytes / 1e6, "us": statistics.median(times),
+                       "groups": tl.num_groups, "vm_mb": vm_bytes / 1e6, "us": us,
                        "same": bool(cp.array_equal(y, ref))}
                 rows.append(row)
                 print(f"{spec.name:20s} {name:16s} {what:10s} slots {tl.buffer_groups:5d}/{tl.num_groups:5d} "

@@ -150,23 +150,18 @@ def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
                         np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
                         np.full(n_f, NO_COUNTER), np.zeros(n_f, int),
                         np.full(n_f, layout.counter_filters_done())], axis=1)
+    # Group g reuses the slot of group g - ring (never without a ring: ring = groups): its inputs
+    # overwrite V once that group's GEMMs have read it, its GEMMs overwrite M once that group's
+    # outputs have.  The filter wait of those GEMMs is implied: every chain of waits back from
+    # them ends at a GEMM that has it.
     ring = layout.buffer_groups
-    if layout.ring:
-        # Group g reuses the slot of group g - ring: its inputs overwrite V once that group's GEMMs
-        # have read it, its GEMMs overwrite M once that group's outputs have.  The filter wait of
-        # those GEMMs is implied: every chain of waits back from them ends at a GEMM that has it.
-        reused = lambda g: g >= ring  # noqa: E731
-        inputs = block(TaskType.INPUT, s_i, lambda g: np.where(reused(g), 1 + groups + g - ring, NO_COUNTER),
-                       lambda g: np.where(reused(g), s_g, 0), none, 0, lambda g: 1 + g)
-        gemms = block(TaskType.GEMM, s_g, lambda g: np.where(reused(g), 1 + 2 * groups + g - ring, 0),
-                      lambda g: np.where(reused(g), s_o, n_f), lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
-        outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0,
-                        lambda g: 1 + 2 * groups + g)
-    else:
-        inputs = block(TaskType.INPUT, s_i, none, 0, none, 0, lambda g: 1 + g)
-        gemms = block(TaskType.GEMM, s_g, lambda g: np.full(g.shape, 0), n_f,
-                      lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
-        outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0, none)
+    reused = lambda g: g >= ring  # noqa: E731
+    inputs = block(TaskType.INPUT, s_i, lambda g: np.where(reused(g), 1 + groups + g - ring, NO_COUNTER),
+                   lambda g: np.where(reused(g), s_g, 0), none, 0, lambda g: 1 + g)
+    gemms = block(TaskType.GEMM, s_g, lambda g: np.where(reused(g), 1 + 2 * groups + g - ring, 0),
+                  lambda g: np.where(reused(g), s_o, n_f), lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
+    outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0,
+                    (lambda g: 1 + 2 * groups + g) if layout.ring else none)
     records = np.ascontiguousarray(np.concatenate([filters, inputs, gemms, outputs]), dtype=np.int32)
     graph = TaskGraph(layout, records)
     # The needs written into the records must equal the counters' in-degrees.

@@ -38,8 +38,7 @@ _LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 # A megakernel plan whose whole V and M would take more than this share of the GPU's memory makes
-# them a ring of slots: that costs a few % of time (docs/experiments.md 72), running out of
-# memory costs the call.
+# them a ring of slots: the ring's waits cost a little time, running out of memory costs the call.
 RING_MEMORY_SHARE = 0.25
 
 
@@ -126,7 +125,6 @@ class Plan:
         if ring_buffers is None:
             ring_buffers = algo == "megakernel" and params.buffer_groups is None and \
                 workspace_needs_ring(Layout(spec, params), cupy.cuda.Device().mem_info[1])
-        self.ring_buffers = bool(ring_buffers)
         if ring_buffers:
             whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
             params = dataclasses.replace(params, buffer_groups=ring_buffer_groups(
