@@ -31,10 +31,32 @@ static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4
 static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 
 #if MW_GEMM_WGMMA
-// The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles, each summed on its
-// own as in the mma.sync tile), so that a block meets at its barriers once per 32 k.
+// The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles), so that a block
+// meets at its barriers once per 32 k.
 constexpr int WGMMA_BK = 32;
 constexpr int WGMMA_STAGES = 3;
+#endif
+#ifndef MW_TF32X3_PARTIAL
+#define MW_TF32X3_PARTIAL 0
+#endif
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
+// The 3xTF32 warpgroup-MMA tile (gemm_tile_wgmma) of COLS (64 or 128) columns: per stage the
+// 128 x WGMMA_BK A rows and WGMMA_BK x COLS B rows as copied, then the big and small parts of
+// the stage's B in wgmma's K-major core matrices (SPLIT_SUBTILE floats per 16-k sub-tile).
+namespace wgmma_tile {
+constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
+constexpr int A_STAGE = GEMM_BM * WGMMA_BK;
+__host__ __device__ constexpr int b_stage(int cols) { return WGMMA_BK * cols; }
+__host__ __device__ constexpr int split_step(int cols) { return cols * 8; }   // one k8 step of one part
+__host__ __device__ constexpr int split_part(int cols) { return 2 * split_step(cols); }
+__host__ __device__ constexpr int split_subtile(int cols) { return 2 * split_part(cols); }
+// Two 128-column stages and their split fit where three 64-column ones do with 8 KB to spare:
+// two such blocks per SM leave 32 KB of the 256 KB to L1.
+__host__ __device__ constexpr int stages(int cols) { return cols == GEMM_BN ? WGMMA_STAGES : 2; }
+__host__ __device__ constexpr int smem_floats(int cols) {
+  return stages(cols) * (A_STAGE + b_stage(cols)) + SUBTILES * split_subtile(cols);
+}
+}  // namespace wgmma_tile
 #endif
 
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
@@ -55,7 +77,10 @@ constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 struct GemmSmem {
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
+  float floats[wgmma_tile::smem_floats(2 * GEMM_BN) > wgmma_tile::smem_floats(GEMM_BN) ? wgmma_tile::smem_floats(2 * GEMM_BN)
+                                                                                         : wgmma_tile::smem_floats(GEMM_BN)];
+#elif MW_GEMM_WGMMA && MW_GEMM_TF32X3
   float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
 #elif MW_SPLIT_OPERANDS
   // + 512 bytes: the split tile's stages start 512-byte aligned (their swizzle).
@@ -440,18 +465,26 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
 }
 
 #if MW_GEMM_WGMMA
+// Where a thread's C fragments of a warpgroup MMA go: dst is its row g, column 2 t4 of M; columns
+// from cols_left on (and rows from rows_left on where ROW_BOUND) are not stored.  Set up before
+// the tile's main loop, so that M's address is two registers across it.
+struct WgmmaStore {
+  float* dst;
+  int cols_left;
+  long long rows_left;
+  __device__ __forceinline__ WgmmaStore(float* Mp, long long row, int col, int col_end, int k_stride, long long row_end)
+      : dst(Mp + row * k_stride + col), cols_left(col_end - col), rows_left(row_end - row) {}
+};
 // The C fragments of a warpgroup MMA's WG_N columns (n8 block nb: rows g and g + 8, columns
-// 8 nb + 2 t4 and 8 nb + 2 t4 + 1) to Mp; columns >= col_end (and rows >= row_end where
-// ROW_BOUND) are not stored.
+// 8 nb + 2 t4 and 8 nb + 2 t4 + 1) to M.
 template <int WG_N, bool ROW_BOUND>
-__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[WG_N / 2], float* Mp, long long row, int col,
-                                                int col_end, int k_stride, long long row_end) {
+__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[WG_N / 2], const WgmmaStore& out, int k_stride) {
 #pragma unroll
-  for (int nb = 0; nb < WG_N / 8; ++nb, col += 8) {
-    if (col < col_end) {
-      float* dst = Mp + row * k_stride + col;
-      if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
-      if (!ROW_BOUND || row + 8 < row_end)
+  for (int nb = 0; nb < WG_N / 8; ++nb) {
+    if (8 * nb < out.cols_left) {
+      float* dst = out.dst + 8 * nb;
+      if (!ROW_BOUND || 0 < out.rows_left) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
+      if (!ROW_BOUND || 8 < out.rows_left)
         *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
     }
   }
@@ -469,7 +502,7 @@ __device__ __forceinline__ void add_wgmma_part(float (&acc)[N], float (&part)[N]
 }
 #endif  // MW_GEMM_WGMMA
 
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_TF32X3_PARTIAL
 // 3xTF32 on warpgroup MMAs (sm_90a).  The block's two warpgroups own 64-row halves of a 128 x 64
 // tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) comes through
 // the cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor
@@ -630,9 +663,186 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     }
     k_rest -= WGMMA_BK;
   });
-  store_wgmma_acc<WG_N, ROW_BOUND>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
+  const WgmmaStore out(Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
+  store_wgmma_acc<WG_N, ROW_BOUND>(acc, out, k_stride);
 }
-#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
+#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_TF32X3_PARTIAL
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
+// 3xTF32 on warpgroup MMAs (sm_90a).  A tile is ROWS (128 or 64) x COLS (64 or 128): the block's
+// two warpgroups own its 64-row halves, or the column halves of a 64-row tile; each multiplies
+// 64 columns at a time (m64n64k8; m64n32k8 on a 64 x 64 tile).  A (V rows) comes through the
+// cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor cores
+// read B from shared memory as the big and small parts of wgmma's unswizzled K-major core
+// matrices, split once per block and stage.  The three products of every 8-k step (small*big,
+// big*small, big*big) go straight into the fp32 accumulator, both 16-k sub-tiles of a stage
+// behind one wait: the same bits for every tile shape, mapping and kernel, but not those of the
+// mma.sync tile (Tf32x3Fragments: 16-term partial sums), which the other GPUs run.
+namespace wgmma_tile {
+constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
+constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
+static_assert(smem_floats(GEMM_BN) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)) &&
+              smem_floats(2 * GEMM_BN) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)), "stages fit");
+static_assert(GEMM_BK == 16 && SUBTILES == 2 && BLOCK_THREADS == 4 * GEMM_BN,
+              "each thread splits 4 k of one B column per sub-tile and core half");
+// A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
+// a quarter warp's fragment reads (rows g = 0, 1, four chunks each) hit 32 distinct banks.
+__device__ __forceinline__ int a_swizzle(int row) { return (row & 1) << 2; }
+}  // namespace wgmma_tile
+
+template <int ROWS, bool ROW_BOUND = false, int COLS = GEMM_BN>
+__device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
+                                                long long row0, int col0, int col_end, int c_stride,
+                                                int k_stride, long long row_end = 0) {
+  using namespace wgmma_tile;
+  constexpr int WARPGROUPS = BLOCK_THREADS / 128;
+  constexpr int WARPGROUPS_M = ROWS / 64;
+  constexpr int WG_N = COLS / (WARPGROUPS / WARPGROUPS_M);   // columns of a warpgroup
+  constexpr int MMA_N = WG_N < 64 ? WG_N : 64;               // columns of one MMA
+  constexpr int STAGES = stages(COLS);
+  constexpr int B_STAGE = b_stage(COLS);
+  constexpr int SPLIT_STEP = split_step(COLS), SPLIT_PART = split_part(COLS), SPLIT_SUBTILE = split_subtile(COLS);
+  constexpr int A_CHUNKS = ROWS * (WGMMA_BK / 4);
+  constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;
+  constexpr int B_ROW_CHUNKS = COLS / 4;                    // 16-byte chunks of a B row
+  constexpr int B_ROW_STEP = BLOCK_THREADS / B_ROW_CHUNKS;  // k rows between a thread's B chunks
+  constexpr int B_PER_THREAD = WGMMA_BK / B_ROW_STEP;
+  constexpr int J_STEP = BLOCK_THREADS / COLS;              // split phases between a thread's rows
+  constexpr int J_PER_THREAD = 4 / J_STEP;
+  static_assert(A_CHUNKS % BLOCK_THREADS == 0 && B_ROW_STEP * B_PER_THREAD == WGMMA_BK &&
+                    J_STEP * J_PER_THREAD == 4 && J_STEP % 2 == 0 && (MMA_N == 64 || MMA_N == 32),
+                "tile shape");
+  float* const a_stages = sm.floats;
+  float* const b_stages = a_stages + STAGES * A_STAGE;
+  float* const split = b_stages + STAGES * B_STAGE;
+  const int tid = thread_index();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int warp_row = ((warp >> 2) % WARPGROUPS_M) * 64 + 16 * (warp & 3);
+  const int warp_col = ((warp >> 2) / WARPGROUPS_M) * WG_N;
+
+  // Copies: chunk r of an A stage is row tid / 8 + r * A_ROW_STEP, k 4 (tid % 8) .. + 3 (a
+  // warp copies 4 whole 128-byte rows); B chunk r is k row tid / B_ROW_CHUNKS + r * B_ROW_STEP,
+  // columns 4 (tid % B_ROW_CHUNKS) .. + 3.  The ring asks for k tiles in order 0, 1, 2, ...:
+  // the sources advance by one k tile a call.
+  constexpr int A_ROW_STEP = BLOCK_THREADS / 8;   // rows between a thread's chunks
+  const int a_chunk = tid & 7, a_row0 = tid >> 3;
+  const float* a_src = Vp + (row0 + a_row0) * c_stride + 4 * a_chunk;
+  const long long a_src_step = static_cast<long long>(A_ROW_STEP) * c_stride;
+  // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
+  const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
+  static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
+  const int b_k = tid / B_ROW_CHUNKS, b_col = (tid % B_ROW_CHUNKS) * 4;
+  const bool b_col_ok = col0 + b_col < col_end;
+  const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
+  const unsigned b_dst = smem_addr(b_stages + b_k * COLS + b_col);
+  const long long b_row_step = static_cast<long long>(B_ROW_STEP) * k_stride;
+  int k_left = c_stride;   // k from the next copied tile on
+  auto load_stage = [&](int, int stage) {
+#pragma unroll
+    for (int r = 0; r < A_PER_THREAD; ++r) {
+      const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
+      // A copy of 0 bytes reads nothing: the source may be past the operand.
+      cp_async_cg16_shared(a_dst + (stage * A_STAGE + r * A_ROW_STEP * WGMMA_BK) * 4, a_src + r * a_src_step, ok);
+    }
+    a_src += WGMMA_BK;
+#pragma unroll
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const bool ok = b_col_ok && k_left > b_k + B_ROW_STEP * r;
+      cp_async_cg16_shared(b_dst + (stage * B_STAGE + r * B_ROW_STEP * COLS) * 4, b_src + r * b_row_step, ok);
+    }
+    b_src += WGMMA_BK / B_ROW_STEP * b_row_step;
+    k_left -= WGMMA_BK;
+  };
+  // Split: thread (column n, phase j0) takes B rows 4 kc + j, kc = 0..3, j = j0 + i J_STEP, of
+  // each sub-tile.  The A fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with
+  // k 4 t4 + 2 q + 1 (column t4 + 4), so row 4 kc + j is k column kc of core half j & 1 in step
+  // j >> 1: one 16-byte core-matrix row per part.  J_STEP is even: the thread's rows share j0's
+  // core half.
+  const int n = tid % COLS, j0 = tid / COLS;
+  float* const split_row = split + (j0 >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j0 & 1) * 32 + (n & 7) * 4;
+  auto split_stage = [&](int stage) {
+#pragma unroll
+    for (int sub = 0; sub < SUBTILES; ++sub)
+#pragma unroll
+      for (int i = 0; i < J_PER_THREAD; ++i) {
+        const float* raw = b_stages + stage * B_STAGE + (sub * GEMM_BK + j0 + i * J_STEP) * COLS + n;
+        unsigned big[4], small[4];
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * COLS], big[kc], small[kc]);
+        float* const dst = split_row + sub * SPLIT_SUBTILE + (i * J_STEP / 2) * SPLIT_STEP;
+        *reinterpret_cast<uint4*>(dst) = make_uint4(big[0], big[1], big[2], big[3]);
+        *reinterpret_cast<uint4*>(dst + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
+      }
+    fence_proxy_async_smem();
+  };
+  auto mma = [](float (&d)[MMA_N / 2], const unsigned (&a)[4], unsigned long long b) {
+    if constexpr (MMA_N == 64) wgmma_tf32_m64n64k8(d, a, b, 1);
+    else wgmma_tf32_m64n32k8(d, a, b, 1);
+  };
+  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
+
+  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
+  float acc[WG_N / 2];
+#pragma unroll
+  for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
+  // The warp's A fragments (rows g and g + 8, k 4 t4 .. + 3 of a sub-tile): sub-tile 0's after
+  // the B split (read before it, its registers and the split's spill under the 128-register cap
+  // of the non-fused kernel), the next sub-tile's once the previous one's MMAs are done with the
+  // registers (a second register set spills too).
+  const int a_row = warp_row + g;
+  const int a_col = 4 * t4, a_sw = 4 * a_swizzle(a_row);
+  float4 a_raw[2];
+  unsigned a_big[2][4], a_small[2][4];
+  auto read_a = [&](int stage, int sub) {
+    const float* As = a_stages + stage * A_STAGE + a_row * WGMMA_BK + ((sub * GEMM_BK + a_col) ^ a_sw);
+    a_raw[0] = *reinterpret_cast<const float4*>(As);
+    a_raw[1] = *reinterpret_cast<const float4*>(As + 8 * WGMMA_BK);
+  };
+  auto split_a = [&] {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) split_a_step(a_raw[0], a_raw[1], q, a_big[q], a_small[q]);
+  };
+  auto prepare = [&](int stage) {
+    split_stage(stage);
+    read_a(stage, 0);
+    split_a();
+  };
+  int k_rest = c_stride;   // k from this stage on
+  cp_async_pipeline<STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
+    __syncthreads();   // the split stage complete for the tensor cores
+#pragma unroll 1   // unrolled, the non-fused GEMM kernel spills under the 128-register cap
+    for (int sub = 0; sub < SUBTILES; ++sub) {
+      // A sub-tile wholly past c_stride adds nothing (and adding its +0 products could flip a -0).
+      if (sub > 0) {
+        if (k_rest <= sub * GEMM_BK) break;
+        read_a(stage, sub);
+        split_a();
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const unsigned step = split_base + (sub * SPLIT_SUBTILE + q * SPLIT_STEP) * 4;
+#pragma unroll
+        for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {
+          float (&d)[MMA_N / 2] = *reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2);
+          const unsigned b = step + (n0 / 8) * CORE_N_BYTES;
+          const unsigned long long b_big = wgmma_desc(b, CORE_K_BYTES, CORE_N_BYTES);
+          const unsigned long long b_small = wgmma_desc(b + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
+          mma(d, a_small[q], b_big);
+          mma(d, a_big[q], b_small);
+          mma(d, a_big[q], b_big);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait_all();   // A's registers free for the next sub-tile; the stage free for the next copy
+      fence_operands(acc);
+    }
+    k_rest -= WGMMA_BK;
+  });
+  const WgmmaStore out(Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
+  store_wgmma_acc<WG_N, ROW_BOUND>(acc, out, k_stride);
+}
+#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
 
 #if MW_SPLIT_OPERANDS
 // BF16x3 on warpgroup MMAs from split operands (sm_90a): V rows and U^T rows (megawino.core.abi
@@ -759,9 +969,22 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   const int g = lane >> 2, t4 = lane & 3;
   const int warp_row = (wg % WARPGROUPS_M) * 64 + 16 * (warp & 3);
   const int warp_col = (wg / WARPGROUPS_M) * WG_N;
-  store_wgmma_acc<WG_N, false>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0);
+  store_wgmma_acc<WG_N, false>(acc, WgmmaStore(Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0), k_stride);
 }
 #endif  // MW_SPLIT_OPERANDS
+
+#if MW_SPLIT_OPERANDS || (MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL)
+// The warpgroup-MMA tile of this build's arithmetic, ROWS x COLS.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void wgmma_tile_of(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
+                                              long long row0, int col0, int col_end, int c_stride, int k_stride) {
+#if MW_SPLIT_OPERANDS
+  gemm_tile_wgmma_bf16x3<ROWS, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
+#else
+  gemm_tile_wgmma<ROWS, false, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
+#endif
+}
+#endif
 
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
   const int kb = index % static_cast<int>(p.k_blocks);
@@ -774,17 +997,16 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
-#if MW_SPLIT_OPERANDS
+#if MW_SPLIT_OPERANDS || (MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL)
   // 128-column tiles while more than 64 columns are left.
   for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;
     if (k1 - col > GEMM_BN) {
-      for (; r + 128 <= tpg; r += 128)
-        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r + 128 <= tpg; r += 128) wgmma_tile_of<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) wgmma_tile_of<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     } else {
-      for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r + 128 <= tpg; r += 128) wgmma_tile_of<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) wgmma_tile_of<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     }
   }
 #else
@@ -798,7 +1020,7 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #endif
   }
-#endif  // MW_SPLIT_OPERANDS
+#endif
 }
 
 // The non-fused GEMM kernel runs its tasks position by position, K blocks innermost, so that one
