@@ -31,32 +31,42 @@ static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4
 static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 
 #if MW_GEMM_WGMMA
-// The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles), so that a block
-// meets at its barriers once per 32 k.
+// The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles, each summed on its
+// own as in the mma.sync tile), so that a block meets at its barriers once per 32 k.
 constexpr int WGMMA_BK = 32;
 constexpr int WGMMA_STAGES = 3;
 #endif
-#ifndef MW_TF32X3_PARTIAL
-#define MW_TF32X3_PARTIAL 0
-#endif
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
-// The 3xTF32 warpgroup-MMA tile (gemm_tile_wgmma) of COLS (64 or 128) columns: per stage the
-// 128 x WGMMA_BK A rows and WGMMA_BK x COLS B rows as copied, then the big and small parts of
-// the stage's B in wgmma's K-major core matrices (SPLIT_SUBTILE floats per 16-k sub-tile).
-namespace wgmma_tile {
-constexpr int SUBTILES = WGMMA_BK / GEMM_BK;
-constexpr int A_STAGE = GEMM_BM * WGMMA_BK;
-__host__ __device__ constexpr int b_stage(int cols) { return WGMMA_BK * cols; }
-__host__ __device__ constexpr int split_step(int cols) { return cols * 8; }   // one k8 step of one part
-__host__ __device__ constexpr int split_part(int cols) { return 2 * split_step(cols); }
-__host__ __device__ constexpr int split_subtile(int cols) { return 2 * split_part(cols); }
-// Two 128-column stages and their split fit where three 64-column ones do with 8 KB to spare:
-// two such blocks per SM leave 32 KB of the 256 KB to L1.
-__host__ __device__ constexpr int stages(int cols) { return cols == GEMM_BN ? WGMMA_STAGES : 2; }
-__host__ __device__ constexpr int smem_floats(int cols) {
-  return stages(cols) * (A_STAGE + b_stage(cols)) + SUBTILES * split_subtile(cols);
-}
-}  // namespace wgmma_tile
+
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+// 3xTF32 on warpgroup MMAs from K-major operands (sm_90a): V rows and U^T rows (MW_U_TRANSPOSED)
+// arrive through the cp.async ring as float32, each thread then splits whole 16-byte chunks of
+// the stage in place (big, rounded, over the value; small into the small buffer at the same
+// offset), and the tensor cores read all four parts from shared memory.  A tile is ROWS (128 or
+// 64) x COLS (128 or 64): the block's two warpgroups own its 64-row halves, or the column halves
+// of a 64-row tile; each multiplies 64 columns at a time (m64n64k8; m64n32k8 on a 64 x 64 tile).
+// The three products of a stage's 8-k steps (small*big, big*small, big*big) are summed on the
+// tensor cores from zero and added to the fp32 accumulator with one round-to-nearest FADD per
+// stage and 64 columns, so that the tensor cores' own accumulation spans 32 terms: the same bits
+// for every tile shape, mapping and kernel, but not those of the mma.sync tile (Tf32x3Fragments,
+// 16-term partial sums), which the other GPUs run.
+namespace kmajor_tile {
+// A stage keeps each operand's WGMMA_BK k as two 16-k halves, each [rows][64 bytes] in wgmma's
+// 64-byte swizzle (16-byte chunk c of row r at c ^ ((r / 2) % 4), 8-row groups of 512 bytes), A
+// (128 rows) first, then B (COLS rows of U^T); the small parts sit in one buffer of the same
+// layout after the ring.
+constexpr unsigned ROW_BYTES = 64;                       // one half of a row
+constexpr unsigned ROW_GROUP_BYTES = 8 * ROW_BYTES;
+constexpr unsigned A_HALF_BYTES = GEMM_BM * ROW_BYTES;
+__host__ __device__ constexpr unsigned b_half_bytes(int cols) { return cols * ROW_BYTES; }
+__host__ __device__ constexpr unsigned stage_bytes(int cols) { return 2 * (A_HALF_BYTES + b_half_bytes(cols)); }
+// Three 64-column stages or two 128-column ones, and the small buffer: two blocks of these fit an
+// SM beside the L1 the transforms were tuned with.
+__host__ __device__ constexpr int stages(int cols) { return cols == GEMM_BN ? 3 : 2; }
+__host__ __device__ constexpr unsigned smem_bytes(int cols) { return (stages(cols) + 1) * stage_bytes(cols); }
+constexpr unsigned ALIGN = 512;   // of the stages: the swizzle's address bits
+constexpr unsigned MAX_SMEM_BYTES =
+    ALIGN + (smem_bytes(GEMM_BN) > smem_bytes(2 * GEMM_BN) ? smem_bytes(GEMM_BN) : smem_bytes(2 * GEMM_BN));
+}  // namespace kmajor_tile
 #endif
 
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
@@ -77,11 +87,11 @@ constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 struct GemmSmem {
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
-  float floats[wgmma_tile::smem_floats(2 * GEMM_BN) > wgmma_tile::smem_floats(GEMM_BN) ? wgmma_tile::smem_floats(2 * GEMM_BN)
-                                                                                         : wgmma_tile::smem_floats(GEMM_BN)];
-#elif MW_GEMM_WGMMA && MW_GEMM_TF32X3
-  float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+  // The larger of the K-major tile's and the pointwise kernels' tile's.
+  float floats[kmajor_tile::MAX_SMEM_BYTES / 4 > WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN
+                   ? kmajor_tile::MAX_SMEM_BYTES / 4
+                   : WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
 #elif MW_SPLIT_OPERANDS
   // + 512 bytes: the split tile's stages start 512-byte aligned (their swizzle).
   float floats[SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128 > MMA_SYNC_SMEM_FLOATS ? SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128
@@ -465,26 +475,18 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
 }
 
 #if MW_GEMM_WGMMA
-// Where a thread's C fragments of a warpgroup MMA go: dst is its row g, column 2 t4 of M; columns
-// from cols_left on (and rows from rows_left on where ROW_BOUND) are not stored.  Set up before
-// the tile's main loop, so that M's address is two registers across it.
-struct WgmmaStore {
-  float* dst;
-  int cols_left;
-  long long rows_left;
-  __device__ __forceinline__ WgmmaStore(float* Mp, long long row, int col, int col_end, int k_stride, long long row_end)
-      : dst(Mp + row * k_stride + col), cols_left(col_end - col), rows_left(row_end - row) {}
-};
 // The C fragments of a warpgroup MMA's WG_N columns (n8 block nb: rows g and g + 8, columns
-// 8 nb + 2 t4 and 8 nb + 2 t4 + 1) to M.
+// 8 nb + 2 t4 and 8 nb + 2 t4 + 1) to Mp; columns >= col_end (and rows >= row_end where
+// ROW_BOUND) are not stored.
 template <int WG_N, bool ROW_BOUND>
-__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[WG_N / 2], const WgmmaStore& out, int k_stride) {
+__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[WG_N / 2], float* Mp, long long row, int col,
+                                                int col_end, int k_stride, long long row_end) {
 #pragma unroll
-  for (int nb = 0; nb < WG_N / 8; ++nb) {
-    if (8 * nb < out.cols_left) {
-      float* dst = out.dst + 8 * nb;
-      if (!ROW_BOUND || 0 < out.rows_left) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
-      if (!ROW_BOUND || 8 < out.rows_left)
+  for (int nb = 0; nb < WG_N / 8; ++nb, col += 8) {
+    if (col < col_end) {
+      float* dst = Mp + row * k_stride + col;
+      if (!ROW_BOUND || row < row_end) *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * nb], acc[4 * nb + 1]);
+      if (!ROW_BOUND || row + 8 < row_end)
         *reinterpret_cast<float2*>(dst + 8 * k_stride) = make_float2(acc[4 * nb + 2], acc[4 * nb + 3]);
     }
   }
@@ -502,7 +504,7 @@ __device__ __forceinline__ void add_wgmma_part(float (&acc)[N], float (&part)[N]
 }
 #endif  // MW_GEMM_WGMMA
 
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_TF32X3_PARTIAL
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
 // 3xTF32 on warpgroup MMAs (sm_90a).  The block's two warpgroups own 64-row halves of a 128 x 64
 // tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) comes through
 // the cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor
@@ -663,186 +665,138 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     }
     k_rest -= WGMMA_BK;
   });
-  const WgmmaStore out(Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
-  store_wgmma_acc<WG_N, ROW_BOUND>(acc, out, k_stride);
+  store_wgmma_acc<WG_N, ROW_BOUND>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
 }
-#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_TF32X3_PARTIAL
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
-// 3xTF32 on warpgroup MMAs (sm_90a).  A tile is ROWS (128 or 64) x COLS (64 or 128): the block's
-// two warpgroups own its 64-row halves, or the column halves of a 64-row tile; each multiplies
-// 64 columns at a time (m64n64k8; m64n32k8 on a 64 x 64 tile).  A (V rows) comes through the
-// cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor cores
-// read B from shared memory as the big and small parts of wgmma's unswizzled K-major core
-// matrices, split once per block and stage.  The three products of every 8-k step (small*big,
-// big*small, big*big) go straight into the fp32 accumulator, both 16-k sub-tiles of a stage
-// behind one wait: the same bits for every tile shape, mapping and kernel, but not those of the
-// mma.sync tile (Tf32x3Fragments: 16-term partial sums), which the other GPUs run.
-namespace wgmma_tile {
-constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
-constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
-static_assert(smem_floats(GEMM_BN) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)) &&
-              smem_floats(2 * GEMM_BN) <= static_cast<int>(sizeof(GemmSmem) / sizeof(float)), "stages fit");
-static_assert(GEMM_BK == 16 && SUBTILES == 2 && BLOCK_THREADS == 4 * GEMM_BN,
-              "each thread splits 4 k of one B column per sub-tile and core half");
-// A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
-// a quarter warp's fragment reads (rows g = 0, 1, four chunks each) hit 32 distinct banks.
-__device__ __forceinline__ int a_swizzle(int row) { return (row & 1) << 2; }
-}  // namespace wgmma_tile
+#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
 
-template <int ROWS, bool ROW_BOUND = false, int COLS = GEMM_BN>
-__device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
-                                                long long row0, int col0, int col_end, int c_stride,
-                                                int k_stride, long long row_end = 0) {
-  using namespace wgmma_tile;
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+template <int ROWS, int COLS>
+__device__ __forceinline__ void gemm_tile_wgmma_kmajor(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
+                                                       long long row0, int col0, int col_end, int c_stride,
+                                                       int k_stride) {
+  using namespace kmajor_tile;
   constexpr int WARPGROUPS = BLOCK_THREADS / 128;
   constexpr int WARPGROUPS_M = ROWS / 64;
   constexpr int WG_N = COLS / (WARPGROUPS / WARPGROUPS_M);   // columns of a warpgroup
   constexpr int MMA_N = WG_N < 64 ? WG_N : 64;               // columns of one MMA
+  constexpr int WARPS = BLOCK_THREADS / 32;
+  constexpr int A_UNITS = ROWS / 8 * 2 / WARPS;   // (8-row group, k half) units of A per warp and stage
+  constexpr int B_UNITS = COLS / 8 * 2 / WARPS;
+  constexpr unsigned B_HALF_BYTES = b_half_bytes(COLS);
+  constexpr unsigned STAGE_BYTES = stage_bytes(COLS);
   constexpr int STAGES = stages(COLS);
-  constexpr int B_STAGE = b_stage(COLS);
-  constexpr int SPLIT_STEP = split_step(COLS), SPLIT_PART = split_part(COLS), SPLIT_SUBTILE = split_subtile(COLS);
-  constexpr int A_CHUNKS = ROWS * (WGMMA_BK / 4);
-  constexpr int A_PER_THREAD = A_CHUNKS / BLOCK_THREADS;
-  constexpr int B_ROW_CHUNKS = COLS / 4;                    // 16-byte chunks of a B row
-  constexpr int B_ROW_STEP = BLOCK_THREADS / B_ROW_CHUNKS;  // k rows between a thread's B chunks
-  constexpr int B_PER_THREAD = WGMMA_BK / B_ROW_STEP;
-  constexpr int J_STEP = BLOCK_THREADS / COLS;              // split phases between a thread's rows
-  constexpr int J_PER_THREAD = 4 / J_STEP;
-  static_assert(A_CHUNKS % BLOCK_THREADS == 0 && B_ROW_STEP * B_PER_THREAD == WGMMA_BK &&
-                    J_STEP * J_PER_THREAD == 4 && J_STEP % 2 == 0 && (MMA_N == 64 || MMA_N == 32),
+  constexpr int A_CHUNKS = ROWS * 8, B_CHUNKS = COLS * 8;   // 16-byte chunks per stage
+  static_assert(A_UNITS * WARPS == ROWS / 4 && B_UNITS * WARPS == COLS / 4 && (MMA_N == 64 || MMA_N == 32) &&
+                    A_CHUNKS % BLOCK_THREADS == 0 && B_CHUNKS % BLOCK_THREADS == 0 &&
+                    STAGES * STAGE_BYTES + STAGE_BYTES + ALIGN <= sizeof(GemmSmem),
                 "tile shape");
-  float* const a_stages = sm.floats;
-  float* const b_stages = a_stages + STAGES * A_STAGE;
-  float* const split = b_stages + STAGES * B_STAGE;
   const int tid = thread_index();
   const int lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int warp_row = ((warp >> 2) % WARPGROUPS_M) * 64 + 16 * (warp & 3);
-  const int warp_col = ((warp >> 2) / WARPGROUPS_M) * WG_N;
+  const unsigned smem = (smem_addr(sm.floats) + ALIGN - 1) & ~(ALIGN - 1);
 
-  // Copies: chunk r of an A stage is row tid / 8 + r * A_ROW_STEP, k 4 (tid % 8) .. + 3 (a
-  // warp copies 4 whole 128-byte rows); B chunk r is k row tid / B_ROW_CHUNKS + r * B_ROW_STEP,
-  // columns 4 (tid % B_ROW_CHUNKS) .. + 3.  The ring asks for k tiles in order 0, 1, 2, ...:
-  // the sources advance by one k tile a call.
-  constexpr int A_ROW_STEP = BLOCK_THREADS / 8;   // rows between a thread's chunks
-  const int a_chunk = tid & 7, a_row0 = tid >> 3;
-  const float* a_src = Vp + (row0 + a_row0) * c_stride + 4 * a_chunk;
-  const long long a_src_step = static_cast<long long>(A_ROW_STEP) * c_stride;
-  // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
-  const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
-  static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
-  const int b_k = tid / B_ROW_CHUNKS, b_col = (tid % B_ROW_CHUNKS) * 4;
-  const bool b_col_ok = col0 + b_col < col_end;
-  const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  const unsigned b_dst = smem_addr(b_stages + b_k * COLS + b_col);
-  const long long b_row_step = static_cast<long long>(B_ROW_STEP) * k_stride;
+  // Copies: unit u = warp + WARPS i is k half u % 2 of rows 8 (u / 2) .. + 7, lane l its row
+  // l / 4, chunk l % 4 (a quarter warp reads two rows' 64 contiguous bytes: whole sectors).
+  // WARPS is even, so a thread's units share the half and step by WARPS / 2 row groups.
+  const int half = warp & 1, chunk = lane & 3;
+  const int unit_row = 8 * (warp >> 1) + (lane >> 2);   // row of unit i = 0
+  constexpr int UNIT_ROWS = 8 * WARPS / 2;               // rows between a thread's units
+  const unsigned dst = unit_row * ROW_BYTES + ((chunk ^ ((unit_row >> 1) & 3)) << 4);
+  const int src_k = 16 * half + 4 * chunk;
+  const float* a_src = Vp + (row0 + unit_row) * c_stride + src_k;
+  const float* b_src = Up + static_cast<long long>(col0 + unit_row) * c_stride + src_k;
+  const long long unit_step = static_cast<long long>(UNIT_ROWS) * c_stride;
+  const int b_rows_left = col_end - col0 - unit_row;   // of this thread's B unit 0
+  const unsigned a_dst = smem + half * A_HALF_BYTES + dst;
+  const unsigned b_dst = smem + 2 * A_HALF_BYTES + half * B_HALF_BYTES + dst;
   int k_left = c_stride;   // k from the next copied tile on
   auto load_stage = [&](int, int stage) {
+    const bool k_ok = k_left > src_k;
+    // A copy of 0 bytes reads nothing: the source may lie past the operand.
+    const float* a = a_src;   // stepped, not indexed: fewer live 64-bit addresses
 #pragma unroll
-    for (int r = 0; r < A_PER_THREAD; ++r) {
-      const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
-      // A copy of 0 bytes reads nothing: the source may be past the operand.
-      cp_async_cg16_shared(a_dst + (stage * A_STAGE + r * A_ROW_STEP * WGMMA_BK) * 4, a_src + r * a_src_step, ok);
-    }
+    for (int i = 0; i < A_UNITS; ++i, a += unit_step)
+      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES, a, k_ok);
+    const float* b = b_src;
+#pragma unroll
+    for (int i = 0; i < B_UNITS; ++i, b += unit_step)
+      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES, b, k_ok && i * UNIT_ROWS < b_rows_left);
     a_src += WGMMA_BK;
-#pragma unroll
-    for (int r = 0; r < B_PER_THREAD; ++r) {
-      const bool ok = b_col_ok && k_left > b_k + B_ROW_STEP * r;
-      cp_async_cg16_shared(b_dst + (stage * B_STAGE + r * B_ROW_STEP * COLS) * 4, b_src + r * b_row_step, ok);
-    }
-    b_src += WGMMA_BK / B_ROW_STEP * b_row_step;
+    b_src += WGMMA_BK;
     k_left -= WGMMA_BK;
   };
-  // Split: thread (column n, phase j0) takes B rows 4 kc + j, kc = 0..3, j = j0 + i J_STEP, of
-  // each sub-tile.  The A fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with
-  // k 4 t4 + 2 q + 1 (column t4 + 4), so row 4 kc + j is k column kc of core half j & 1 in step
-  // j >> 1: one 16-byte core-matrix row per part.  J_STEP is even: the thread's rows share j0's
-  // core half.
-  const int n = tid % COLS, j0 = tid / COLS;
-  float* const split_row = split + (j0 >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j0 & 1) * 32 + (n & 7) * 4;
-  auto split_stage = [&](int stage) {
-#pragma unroll
-    for (int sub = 0; sub < SUBTILES; ++sub)
-#pragma unroll
-      for (int i = 0; i < J_PER_THREAD; ++i) {
-        const float* raw = b_stages + stage * B_STAGE + (sub * GEMM_BK + j0 + i * J_STEP) * COLS + n;
-        unsigned big[4], small[4];
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * COLS], big[kc], small[kc]);
-        float* const dst = split_row + sub * SPLIT_SUBTILE + (i * J_STEP / 2) * SPLIT_STEP;
-        *reinterpret_cast<uint4*>(dst) = make_uint4(big[0], big[1], big[2], big[3]);
-        *reinterpret_cast<uint4*>(dst + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
-      }
+
+  // Split: thread tid takes chunks tid + BLOCK_THREADS j of the stage's A rows in use (the first
+  // ROWS rows of each half) and of its B rows; consecutive threads, consecutive chunks.
+  auto split_chunk = [&](int stage, unsigned offset) {   // offset: bytes into the stage
+    const unsigned raw = smem + stage * STAGE_BYTES + offset;
+    const uint4 x = ld_shared_v4(raw);
+    uint4 big, sml;
+    split_tf32(__uint_as_float(x.x), big.x, sml.x);
+    split_tf32(__uint_as_float(x.y), big.y, sml.y);
+    split_tf32(__uint_as_float(x.z), big.z, sml.z);
+    split_tf32(__uint_as_float(x.w), big.w, sml.w);
+    st_shared_v4(raw, big);
+    st_shared_v4(smem + STAGES * STAGE_BYTES + offset, sml);
+  };
+  auto prepare = [&](int stage) {
+#pragma unroll 2
+    for (int j = 0; j < A_CHUNKS / BLOCK_THREADS; ++j) {
+      const int c = tid + BLOCK_THREADS * j;   // ROWS * 4 chunks per half
+      split_chunk(stage, (c / (ROWS * 4)) * A_HALF_BYTES + (c % (ROWS * 4)) * 16);
+    }
+#pragma unroll 2
+    for (int j = 0; j < B_CHUNKS / BLOCK_THREADS; ++j) split_chunk(stage, 2 * A_HALF_BYTES + (tid + BLOCK_THREADS * j) * 16);
     fence_proxy_async_smem();
   };
-  auto mma = [](float (&d)[MMA_N / 2], const unsigned (&a)[4], unsigned long long b) {
-    if constexpr (MMA_N == 64) wgmma_tf32_m64n64k8(d, a, b, 1);
-    else wgmma_tf32_m64n32k8(d, a, b, 1);
-  };
-  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
 
-  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
+  // The warpgroup's operands: A rows 64 (wg % WARPGROUPS_M) .., B rows (columns) WG_N (wg / WARPGROUPS_M) ..
+  const int wg = warp >> 2;
+  const unsigned a_off = (wg % WARPGROUPS_M) * 8 * ROW_GROUP_BYTES;
+  const unsigned b_off = 2 * A_HALF_BYTES + (wg / WARPGROUPS_M) * (WG_N / 8) * ROW_GROUP_BYTES;
+  // Descriptors as low words (the address) and the shared high word of wgmma_desc_swizzle64.
+  const unsigned long long desc0 = wgmma_desc_swizzle64(0, ROW_GROUP_BYTES);
+  const unsigned desc_hi = static_cast<unsigned>(desc0 >> 32), desc_lo0 = static_cast<unsigned>(desc0);
+  auto lo = [&](unsigned address) { return desc_lo0 | ((address & 0x3FFFF) >> 4); };
+  auto mma = [&](float (&d)[MMA_N / 2], unsigned a, unsigned b, int accumulate) {
+    if constexpr (MMA_N == 64) wgmma_tf32_ss_m64n64k8(d, lo(a), lo(b), desc_hi, accumulate);
+    else wgmma_tf32_ss_m64n32k8(d, lo(a), lo(b), desc_hi, accumulate);
+  };
   float acc[WG_N / 2];
 #pragma unroll
   for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  // The warp's A fragments (rows g and g + 8, k 4 t4 .. + 3 of a sub-tile): sub-tile 0's after
-  // the B split (read before it, its registers and the split's spill under the 128-register cap
-  // of the non-fused kernel), the next sub-tile's once the previous one's MMAs are done with the
-  // registers (a second register set spills too).
-  const int a_row = warp_row + g;
-  const int a_col = 4 * t4, a_sw = 4 * a_swizzle(a_row);
-  float4 a_raw[2];
-  unsigned a_big[2][4], a_small[2][4];
-  auto read_a = [&](int stage, int sub) {
-    const float* As = a_stages + stage * A_STAGE + a_row * WGMMA_BK + ((sub * GEMM_BK + a_col) ^ a_sw);
-    a_raw[0] = *reinterpret_cast<const float4*>(As);
-    a_raw[1] = *reinterpret_cast<const float4*>(As + 8 * WGMMA_BK);
-  };
-  auto split_a = [&] {
-#pragma unroll
-    for (int q = 0; q < 2; ++q) split_a_step(a_raw[0], a_raw[1], q, a_big[q], a_small[q]);
-  };
-  auto prepare = [&](int stage) {
-    split_stage(stage);
-    read_a(stage, 0);
-    split_a();
-  };
+  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
   int k_rest = c_stride;   // k from this stage on
   cp_async_pipeline<STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
-    __syncthreads();   // the split stage complete for the tensor cores
-#pragma unroll 1   // unrolled, the non-fused GEMM kernel spills under the 128-register cap
-    for (int sub = 0; sub < SUBTILES; ++sub) {
-      // A sub-tile wholly past c_stride adds nothing (and adding its +0 products could flip a -0).
-      if (sub > 0) {
-        if (k_rest <= sub * GEMM_BK) break;
-        read_a(stage, sub);
-        split_a();
-      }
+    __syncthreads();   // the stage split for the tensor cores
+#pragma unroll
+    for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {
+      float part[MMA_N / 2];
       wgmma_fence();
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const unsigned step = split_base + (sub * SPLIT_SUBTILE + q * SPLIT_STEP) * 4;
-#pragma unroll
-        for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {
-          float (&d)[MMA_N / 2] = *reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2);
-          const unsigned b = step + (n0 / 8) * CORE_N_BYTES;
-          const unsigned long long b_big = wgmma_desc(b, CORE_K_BYTES, CORE_N_BYTES);
-          const unsigned long long b_small = wgmma_desc(b + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
-          mma(d, a_small[q], b_big);
-          mma(d, a_big[q], b_small);
-          mma(d, a_big[q], b_big);
-        }
+      for (int step = 0; step < 4; ++step) {
+        // Half 1 of a stage wholly past c_stride adds nothing (and adding its +0 products could flip a -0).
+        if (step == 2 && k_rest <= WGMMA_BK / 2) break;
+        // k8 step s: half s / 2 of the rows, 32 bytes into it for odd s.
+        const unsigned k_half = step >> 1, k_in_row = (step & 1) * 32;
+        const unsigned a_big = smem + stage * STAGE_BYTES + a_off + k_half * A_HALF_BYTES + k_in_row;
+        const unsigned b_big = smem + stage * STAGE_BYTES + b_off + (n0 / 8) * ROW_GROUP_BYTES + k_half * B_HALF_BYTES + k_in_row;
+        const unsigned a_small = a_big + (STAGES - stage) * STAGE_BYTES, b_small = b_big + (STAGES - stage) * STAGE_BYTES;
+        mma(part, a_small, b_big, step > 0);
+        mma(part, a_big, b_small, 1);
+        mma(part, a_big, b_big, 1);
       }
-      wgmma_commit();
-      wgmma_wait_all();   // A's registers free for the next sub-tile; the stage free for the next copy
-      fence_operands(acc);
+      float (&d)[MMA_N / 2] = *reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2);
+      add_wgmma_part(d, part);
+      fence_operands(d);   // the FADDs done before the next MMAs: one partial sum live at a time
     }
     k_rest -= WGMMA_BK;
   });
-  const WgmmaStore out(Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
-  store_wgmma_acc<WG_N, ROW_BOUND>(acc, out, k_stride);
+  const int g = lane >> 2, t4 = lane & 3;
+  const int warp_row = (wg % WARPGROUPS_M) * 64 + 16 * (warp & 3);
+  const int warp_col = (wg / WARPGROUPS_M) * WG_N;
+  store_wgmma_acc<WG_N, false>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0);
 }
-#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL
+#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
 
 #if MW_SPLIT_OPERANDS
 // BF16x3 on warpgroup MMAs from split operands (sm_90a): V rows and U^T rows (megawino.core.abi
@@ -969,19 +923,19 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   const int g = lane >> 2, t4 = lane & 3;
   const int warp_row = (wg % WARPGROUPS_M) * 64 + 16 * (warp & 3);
   const int warp_col = (wg / WARPGROUPS_M) * WG_N;
-  store_wgmma_acc<WG_N, false>(acc, WgmmaStore(Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0), k_stride);
+  store_wgmma_acc<WG_N, false>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0);
 }
 #endif  // MW_SPLIT_OPERANDS
 
-#if MW_SPLIT_OPERANDS || (MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL)
-// The warpgroup-MMA tile of this build's arithmetic, ROWS x COLS.
+#if MW_U_TRANSPOSED
+// The Winograd GEMM's warpgroup-MMA tile of this build's arithmetic, ROWS x COLS.
 template <int ROWS, int COLS>
-__device__ __forceinline__ void wgmma_tile_of(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
-                                              long long row0, int col0, int col_end, int c_stride, int k_stride) {
+__device__ __forceinline__ void winograd_wgmma_tile(GemmSmem& sm, const float* Vp, const float* Up, float* Mp, long long row0,
+                                           int col0, int col_end, int c_stride, int k_stride) {
 #if MW_SPLIT_OPERANDS
   gemm_tile_wgmma_bf16x3<ROWS, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
 #else
-  gemm_tile_wgmma<ROWS, false, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
+  gemm_tile_wgmma_kmajor<ROWS, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
 #endif
 }
 #endif
@@ -997,28 +951,29 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
-#if MW_SPLIT_OPERANDS || (MW_GEMM_WGMMA && MW_GEMM_TF32X3 && !MW_TF32X3_PARTIAL)
+#if MW_U_TRANSPOSED
   // 128-column tiles while more than 64 columns are left.
   for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;
     if (k1 - col > GEMM_BN) {
-      for (; r + 128 <= tpg; r += 128) wgmma_tile_of<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-      for (; r < tpg; r += 64) wgmma_tile_of<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r + 128 <= tpg; r += 128) winograd_wgmma_tile<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) winograd_wgmma_tile<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     } else {
-      for (; r + 128 <= tpg; r += 128) wgmma_tile_of<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-      for (; r < tpg; r += 64) wgmma_tile_of<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r + 128 <= tpg; r += 128) winograd_wgmma_tile<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) winograd_wgmma_tile<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     }
+  }
+#elif MW_GEMM_WGMMA
+  for (int col = k0; col < k1; col += GEMM_BN) {
+    int r = 0;
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
   }
 #else
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
-#if MW_GEMM_WGMMA
-    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-#else
     for (; r + 128 <= tpg; r += 128) gemm_tile<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-#endif
   }
 #endif
 }
