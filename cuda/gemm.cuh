@@ -37,38 +37,6 @@ constexpr int WGMMA_BK = 32;
 constexpr int WGMMA_STAGES = 3;
 #endif
 
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-// 3xTF32 on warpgroup MMAs from K-major operands (sm_90a): V rows and U^T rows (MW_U_TRANSPOSED)
-// arrive through the cp.async ring as float32, each thread then splits whole 16-byte chunks of
-// the stage in place (big, rounded, over the value; small into the small buffer at the same
-// offset), and the tensor cores read all four parts from shared memory.  A tile is ROWS (128 or
-// 64) x COLS (128 or 64): the block's two warpgroups own its 64-row halves, or the column halves
-// of a 64-row tile; each multiplies 64 columns at a time (m64n64k8; m64n32k8 on a 64 x 64 tile).
-// The three products of a stage's 8-k steps (small*big, big*small, big*big) are summed on the
-// tensor cores from zero and added to the fp32 accumulator with one round-to-nearest FADD per
-// stage and 64 columns, so that the tensor cores' own accumulation spans 32 terms: the same bits
-// for every tile shape, mapping and kernel, but not those of the mma.sync tile (Tf32x3Fragments,
-// 16-term partial sums), which the other GPUs run.
-namespace kmajor_tile {
-// A stage keeps each operand's WGMMA_BK k as two 16-k halves, each [rows][64 bytes] in wgmma's
-// 64-byte swizzle (16-byte chunk c of row r at c ^ ((r / 2) % 4), 8-row groups of 512 bytes), A
-// (128 rows) first, then B (COLS rows of U^T); the small parts sit in one buffer of the same
-// layout after the ring.
-constexpr unsigned ROW_BYTES = 64;                       // one half of a row
-constexpr unsigned ROW_GROUP_BYTES = 8 * ROW_BYTES;
-constexpr unsigned A_HALF_BYTES = GEMM_BM * ROW_BYTES;
-__host__ __device__ constexpr unsigned b_half_bytes(int cols) { return cols * ROW_BYTES; }
-__host__ __device__ constexpr unsigned stage_bytes(int cols) { return 2 * (A_HALF_BYTES + b_half_bytes(cols)); }
-// Three 64-column stages or two 128-column ones, and the small buffer: two blocks of these fit an
-// SM beside the L1 the transforms were tuned with.
-__host__ __device__ constexpr int stages(int cols) { return cols == GEMM_BN ? 3 : 2; }
-__host__ __device__ constexpr unsigned smem_bytes(int cols) { return (stages(cols) + 1) * stage_bytes(cols); }
-constexpr unsigned ALIGN = 512;   // of the stages: the swizzle's address bits
-constexpr unsigned MAX_SMEM_BYTES =
-    ALIGN + (smem_bytes(GEMM_BN) > smem_bytes(2 * GEMM_BN) ? smem_bytes(GEMM_BN) : smem_bytes(2 * GEMM_BN));
-}  // namespace kmajor_tile
-#endif
-
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
 // of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
 // need less), so that the block's shared-memory footprint, and with it the L1 / shared split
@@ -88,10 +56,7 @@ constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16
 #endif
 struct GemmSmem {
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-  // The larger of the K-major tile's and the pointwise kernels' tile's.
-  float floats[kmajor_tile::MAX_SMEM_BYTES / 4 > WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN
-                   ? kmajor_tile::MAX_SMEM_BYTES / 4
-                   : WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
+  float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
 #elif MW_SPLIT_OPERANDS
   // + 512 bytes: the split tile's stages start 512-byte aligned (their swizzle).
   float floats[SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128 > MMA_SYNC_SMEM_FLOATS ? SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128
@@ -669,135 +634,6 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 }
 #endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
 
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-template <int ROWS, int COLS>
-__device__ __forceinline__ void gemm_tile_wgmma_kmajor(GemmSmem& sm, const float* Vp, const float* Up, float* Mp,
-                                                       long long row0, int col0, int col_end, int c_stride,
-                                                       int k_stride) {
-  using namespace kmajor_tile;
-  constexpr int WARPGROUPS = BLOCK_THREADS / 128;
-  constexpr int WARPGROUPS_M = ROWS / 64;
-  constexpr int WG_N = COLS / (WARPGROUPS / WARPGROUPS_M);   // columns of a warpgroup
-  constexpr int MMA_N = WG_N < 64 ? WG_N : 64;               // columns of one MMA
-  constexpr int WARPS = BLOCK_THREADS / 32;
-  constexpr int A_UNITS = ROWS / 8 * 2 / WARPS;   // (8-row group, k half) units of A per warp and stage
-  constexpr int B_UNITS = COLS / 8 * 2 / WARPS;
-  constexpr unsigned B_HALF_BYTES = b_half_bytes(COLS);
-  constexpr unsigned STAGE_BYTES = stage_bytes(COLS);
-  constexpr int STAGES = stages(COLS);
-  constexpr int A_CHUNKS = ROWS * 8, B_CHUNKS = COLS * 8;   // 16-byte chunks per stage
-  static_assert(A_UNITS * WARPS == ROWS / 4 && B_UNITS * WARPS == COLS / 4 && (MMA_N == 64 || MMA_N == 32) &&
-                    A_CHUNKS % BLOCK_THREADS == 0 && B_CHUNKS % BLOCK_THREADS == 0 &&
-                    STAGES * STAGE_BYTES + STAGE_BYTES + ALIGN <= sizeof(GemmSmem),
-                "tile shape");
-  const int tid = thread_index();
-  const int lane = tid & 31, warp = tid >> 5;
-  const unsigned smem = (smem_addr(sm.floats) + ALIGN - 1) & ~(ALIGN - 1);
-
-  // Copies: unit u = warp + WARPS i is k half u % 2 of rows 8 (u / 2) .. + 7, lane l its row
-  // l / 4, chunk l % 4 (a quarter warp reads two rows' 64 contiguous bytes: whole sectors).
-  // WARPS is even, so a thread's units share the half and step by WARPS / 2 row groups.
-  const int half = warp & 1, chunk = lane & 3;
-  const int unit_row = 8 * (warp >> 1) + (lane >> 2);   // row of unit i = 0
-  constexpr int UNIT_ROWS = 8 * WARPS / 2;               // rows between a thread's units
-  const unsigned dst = unit_row * ROW_BYTES + ((chunk ^ ((unit_row >> 1) & 3)) << 4);
-  const int src_k = 16 * half + 4 * chunk;
-  const float* a_src = Vp + (row0 + unit_row) * c_stride + src_k;
-  const float* b_src = Up + static_cast<long long>(col0 + unit_row) * c_stride + src_k;
-  const long long unit_step = static_cast<long long>(UNIT_ROWS) * c_stride;
-  const int b_rows_left = col_end - col0 - unit_row;   // of this thread's B unit 0
-  const unsigned a_dst = smem + half * A_HALF_BYTES + dst;
-  const unsigned b_dst = smem + 2 * A_HALF_BYTES + half * B_HALF_BYTES + dst;
-  int k_left = c_stride;   // k from the next copied tile on
-  auto load_stage = [&](int, int stage) {
-    const bool k_ok = k_left > src_k;
-    // A copy of 0 bytes reads nothing: the source may lie past the operand.
-    const float* a = a_src;   // stepped, not indexed: fewer live 64-bit addresses
-#pragma unroll
-    for (int i = 0; i < A_UNITS; ++i, a += unit_step)
-      cp_async_cg16_shared(a_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES, a, k_ok);
-    const float* b = b_src;
-#pragma unroll
-    for (int i = 0; i < B_UNITS; ++i, b += unit_step)
-      cp_async_cg16_shared(b_dst + stage * STAGE_BYTES + i * UNIT_ROWS * ROW_BYTES, b, k_ok && i * UNIT_ROWS < b_rows_left);
-    a_src += WGMMA_BK;
-    b_src += WGMMA_BK;
-    k_left -= WGMMA_BK;
-  };
-
-  // Split: thread tid takes chunks tid + BLOCK_THREADS j of the stage's A rows in use (the first
-  // ROWS rows of each half) and of its B rows; consecutive threads, consecutive chunks.
-  auto split_chunk = [&](int stage, unsigned offset) {   // offset: bytes into the stage
-    const unsigned raw = smem + stage * STAGE_BYTES + offset;
-    const uint4 x = ld_shared_v4(raw);
-    uint4 big, sml;
-    split_tf32(__uint_as_float(x.x), big.x, sml.x);
-    split_tf32(__uint_as_float(x.y), big.y, sml.y);
-    split_tf32(__uint_as_float(x.z), big.z, sml.z);
-    split_tf32(__uint_as_float(x.w), big.w, sml.w);
-    st_shared_v4(raw, big);
-    st_shared_v4(smem + STAGES * STAGE_BYTES + offset, sml);
-  };
-  auto prepare = [&](int stage) {
-#pragma unroll 2
-    for (int j = 0; j < A_CHUNKS / BLOCK_THREADS; ++j) {
-      const int c = tid + BLOCK_THREADS * j;   // ROWS * 4 chunks per half
-      split_chunk(stage, (c / (ROWS * 4)) * A_HALF_BYTES + (c % (ROWS * 4)) * 16);
-    }
-#pragma unroll 2
-    for (int j = 0; j < B_CHUNKS / BLOCK_THREADS; ++j) split_chunk(stage, 2 * A_HALF_BYTES + (tid + BLOCK_THREADS * j) * 16);
-    fence_proxy_async_smem();
-  };
-
-  // The warpgroup's operands: A rows 64 (wg % WARPGROUPS_M) .., B rows (columns) WG_N (wg / WARPGROUPS_M) ..
-  const int wg = warp >> 2;
-  const unsigned a_off = (wg % WARPGROUPS_M) * 8 * ROW_GROUP_BYTES;
-  const unsigned b_off = 2 * A_HALF_BYTES + (wg / WARPGROUPS_M) * (WG_N / 8) * ROW_GROUP_BYTES;
-  // Descriptors as low words (the address) and the shared high word of wgmma_desc_swizzle64.
-  const unsigned long long desc0 = wgmma_desc_swizzle64(0, ROW_GROUP_BYTES);
-  const unsigned desc_hi = static_cast<unsigned>(desc0 >> 32), desc_lo0 = static_cast<unsigned>(desc0);
-  auto lo = [&](unsigned address) { return desc_lo0 | ((address & 0x3FFFF) >> 4); };
-  auto mma = [&](float (&d)[MMA_N / 2], unsigned a, unsigned b, int accumulate) {
-    if constexpr (MMA_N == 64) wgmma_tf32_ss_m64n64k8(d, lo(a), lo(b), desc_hi, accumulate);
-    else wgmma_tf32_ss_m64n32k8(d, lo(a), lo(b), desc_hi, accumulate);
-  };
-  float acc[WG_N / 2];
-#pragma unroll
-  for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
-  int k_rest = c_stride;   // k from this stage on
-  cp_async_pipeline<STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
-    __syncthreads();   // the stage split for the tensor cores
-#pragma unroll
-    for (int n0 = 0; n0 < WG_N; n0 += MMA_N) {
-      float part[MMA_N / 2];
-      wgmma_fence();
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        // Half 1 of a stage wholly past c_stride adds nothing (and adding its +0 products could flip a -0).
-        if (step == 2 && k_rest <= WGMMA_BK / 2) break;
-        // k8 step s: half s / 2 of the rows, 32 bytes into it for odd s.
-        const unsigned k_half = step >> 1, k_in_row = (step & 1) * 32;
-        const unsigned a_big = smem + stage * STAGE_BYTES + a_off + k_half * A_HALF_BYTES + k_in_row;
-        const unsigned b_big = smem + stage * STAGE_BYTES + b_off + (n0 / 8) * ROW_GROUP_BYTES + k_half * B_HALF_BYTES + k_in_row;
-        const unsigned a_small = a_big + (STAGES - stage) * STAGE_BYTES, b_small = b_big + (STAGES - stage) * STAGE_BYTES;
-        mma(part, a_small, b_big, step > 0);
-        mma(part, a_big, b_small, 1);
-        mma(part, a_big, b_big, 1);
-      }
-      float (&d)[MMA_N / 2] = *reinterpret_cast<float(*)[MMA_N / 2]>(acc + n0 / 2);
-      add_wgmma_part(d, part);
-      fence_operands(d);   // the FADDs done before the next MMAs: one partial sum live at a time
-    }
-    k_rest -= WGMMA_BK;
-  });
-  const int g = lane >> 2, t4 = lane & 3;
-  const int warp_row = (wg % WARPGROUPS_M) * 64 + 16 * (warp & 3);
-  const int warp_col = (wg / WARPGROUPS_M) * WG_N;
-  store_wgmma_acc<WG_N, false>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, 0);
-}
-#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
-
 #if MW_SPLIT_OPERANDS
 // BF16x3 on warpgroup MMAs from split operands (sm_90a): V rows and U^T rows (megawino.core.abi
 // split_bf16) arrive through the cp.async ring already split, so the tensor cores read all four
@@ -927,19 +763,6 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
 }
 #endif  // MW_SPLIT_OPERANDS
 
-#if MW_U_TRANSPOSED
-// The Winograd GEMM's warpgroup-MMA tile of this build's arithmetic, ROWS x COLS.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void winograd_wgmma_tile(GemmSmem& sm, const float* Vp, const float* Up, float* Mp, long long row0,
-                                           int col0, int col_end, int c_stride, int k_stride) {
-#if MW_SPLIT_OPERANDS
-  gemm_tile_wgmma_bf16x3<ROWS, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
-#else
-  gemm_tile_wgmma_kmajor<ROWS, COLS>(sm, Vp, Up, Mp, row0, col0, col_end, c_stride, k_stride);
-#endif
-}
-#endif
-
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
   const int kb = index % static_cast<int>(p.k_blocks);
   const int k0 = kb * static_cast<int>(p.gemm_k_per_task);
@@ -951,31 +774,31 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
-#if MW_U_TRANSPOSED
+#if MW_SPLIT_OPERANDS
   // 128-column tiles while more than 64 columns are left.
   for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;
     if (k1 - col > GEMM_BN) {
-      for (; r + 128 <= tpg; r += 128) winograd_wgmma_tile<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-      for (; r < tpg; r += 64) winograd_wgmma_tile<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r + 128 <= tpg; r += 128)
+        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     } else {
-      for (; r + 128 <= tpg; r += 128) winograd_wgmma_tile<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-      for (; r < tpg; r += 64) winograd_wgmma_tile<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     }
-  }
-#elif MW_GEMM_WGMMA
-  for (int col = k0; col < k1; col += GEMM_BN) {
-    int r = 0;
-    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
   }
 #else
   for (int col = k0; col < k1; col += GEMM_BN) {
     int r = 0;
+#if MW_GEMM_WGMMA
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+#else
     for (; r + 128 <= tpg; r += 128) gemm_tile<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
-  }
 #endif
+  }
+#endif  // MW_SPLIT_OPERANDS
 }
 
 // The non-fused GEMM kernel runs its tasks position by position, K blocks innermost, so that one

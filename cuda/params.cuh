@@ -40,13 +40,6 @@
 // by the transforms: cuda/split_operand.cuh, megawino.core.abi.split_bf16), so that its GEMM
 // multiplies straight from shared memory; every other build keeps them float32.
 #define MW_SPLIT_OPERANDS (MW_GEMM_BF16X3 && MW_GEMM_WGMMA)
-// The warpgroup-MMA builds keep U transposed, [alpha2][k_stride][c_stride], so that both GEMM
-// operands are K-major rows (the layout wgmma reads TF32 from shared memory in);
-// -DMW_GEMM_KMAJOR=0 keeps the 3xTF32 build's float32 U and its register-A tile.
-#ifndef MW_GEMM_KMAJOR
-#define MW_GEMM_KMAJOR 1
-#endif
-#define MW_U_TRANSPOSED (MW_SPLIT_OPERANDS || (MW_GEMM_WGMMA && MW_GEMM_KMAJOR))
 
 namespace mw {
 // Tile id minus row of V and M for the tiles of ``group``: the buffers hold buffer_groups groups,

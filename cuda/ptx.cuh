@@ -12,16 +12,6 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 // 16-byte global -> shared copy that bypasses L1 (.cg) to a shared-window address; !valid reads
 // nothing and zero-fills.
-// 16 bytes of shared memory at a shared-window address.
-__device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(address));
-  return v;
-}
-__device__ __forceinline__ void st_shared_v4(unsigned address, const uint4& v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_cg16_shared(unsigned smem, const float* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes)
@@ -195,27 +185,6 @@ __device__ __forceinline__ void wgmma_tf32_m64n32k8(float (&d)[16], const unsign
                    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]));
 }
 #undef MW_WGMMA_TF32_RS
-// d (+)= a (64 x 8, shared memory) * b (8 x N, shared memory), TF32 operands, both K-major;
-// accumulate == 0 ignores d's old value.  The descriptors come as their low words and a shared
-// high word (wgmma_desc_swizzle64's layout fields), joined inside the asm, so that a tile's many
-// descriptors do not each hold a 64-bit register pair.
-#define MW_WGMMA_TF32_SS(N, D_LIST, A, B, HI, FLAG, ...)                                           \
-  asm volatile("{\n.reg .pred p;\n.reg .b64 a, b;\nsetp.ne.b32 p, %" #FLAG ", 0;\n"                 \
-               "mov.b64 a, {%" #A ", %" #HI "};\nmov.b64 b, {%" #B ", %" #HI "};\n"                      \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" D_LIST "}, a, b, p, 1, 1;\n}\n" \
-               : __VA_ARGS__                                                                          \
-               : "r"(a_lo), "r"(b_lo), "r"(hi), "r"(accumulate))
-__device__ __forceinline__ void wgmma_tf32_ss_m64n64k8(float (&d)[32], unsigned a_lo, unsigned b_lo, unsigned hi,
-                                                       int accumulate) {
-  MW_WGMMA_TF32_SS(64, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31",
-                   32, 33, 34, 35, "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]));
-}
-__device__ __forceinline__ void wgmma_tf32_ss_m64n32k8(float (&d)[16], unsigned a_lo, unsigned b_lo, unsigned hi,
-                                                       int accumulate) {
-  MW_WGMMA_TF32_SS(32, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", 16, 17, 18, 19,
-                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]));
-}
-#undef MW_WGMMA_TF32_SS
 // d (+)= a (64 x 16, shared memory) * b (16 x N, shared memory), BF16 operands, both K-major;
 // accumulate == 0 ignores d's old value.
 #define MW_WGMMA_BF16_SS(N, D_LIST, A, B, FLAG, ...)                                               \
