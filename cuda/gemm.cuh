@@ -37,6 +37,33 @@ constexpr int WGMMA_BK = 32;
 constexpr int WGMMA_STAGES = 3;
 #endif
 
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SPECIALIZED
+// The warp-specialized 3xTF32 GEMM task (gemm_task_specialized): per stage the 128 x WGMMA_BK A
+// rows as gemm_tile_wgmma keeps them (rows of 128 bytes, chunk c of row r at c ^ a_swizzle(r)),
+// then the stage's 64 B rows (U^T) as two 16-k halves [64 rows][64 bytes] in wgmma's 64-byte
+// swizzle, their k permuted as the A fragments pair them; the small parts of each stage's B
+// after the ring.
+namespace specialized_tile {
+constexpr int STAGES = 3;
+constexpr unsigned A_STAGE_BYTES = GEMM_BM * WGMMA_BK * 4;
+constexpr unsigned B_ROW_BYTES = 64;                        // one 16-k half of a B row
+constexpr unsigned B_HALF_BYTES = GEMM_BN * B_ROW_BYTES;
+constexpr unsigned B_STAGE_BYTES = 2 * B_HALF_BYTES;
+constexpr unsigned STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+constexpr unsigned ALIGN = 512;                             // of the stages: the swizzle's address bits
+constexpr unsigned SMEM_BYTES = ALIGN + STAGES * (STAGE_BYTES + B_STAGE_BYTES);
+// The producer warpgroup copies and splits with few registers; the consumer's accumulators
+// (128 rows x 64 columns), partial sum and A fragments take the rest of the block's 2 x 128 x 128.
+constexpr int PRODUCER_REGISTERS = 64;
+constexpr int CONSUMER_REGISTERS = 192;
+static_assert(PRODUCER_REGISTERS + CONSUMER_REGISTERS == 2 * 128, "the block's registers");
+// Named barriers (0 is __syncthreads): stage s full (producer -> consumer), stage s empty
+// (consumer -> producer), the producer's own copies landed.
+constexpr int BARRIER_FULL = 1, BARRIER_EMPTY = BARRIER_FULL + STAGES, BARRIER_PRODUCER = BARRIER_EMPTY + STAGES;
+static_assert(BARRIER_PRODUCER <= 15, "16 named barriers");
+}  // namespace specialized_tile
+#endif
+
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
 // of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
 // need less), so that the block's shared-memory footprint, and with it the L1 / shared split
@@ -55,7 +82,10 @@ constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 struct GemmSmem {
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SPECIALIZED
+  // The specialized GEMM's; the pointwise kernels' gemm_tile_wgmma needs less.
+  float floats[specialized_tile::SMEM_BYTES / 4];
+#elif MW_GEMM_WGMMA && MW_GEMM_TF32X3
   float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
 #elif MW_SPLIT_OPERANDS
   // + 512 bytes: the split tile's stages start 512-byte aligned (their swizzle).
@@ -634,6 +664,222 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 }
 #endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
 
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SPECIALIZED
+// The warp-specialized 3xTF32 GEMM task: warpgroup 0 (the producer) copies each stage's A and B
+// rows through cp.async, splits B in place (big over the value, rounded; small into the stage's
+// small buffer; each 16-k half row's k permuted to the A fragments' pairing) and signals the
+// stage full; warpgroup 1 (the consumer) reads and splits its A fragments as gemm_tile_wgmma
+// does, runs the MMAs of every 16-k sub-tile and 64-row block into a partial sum from zero, adds
+// it with one round-to-nearest FADD, and signals the stage empty: the same products, the same
+// sums and the same bits as gemm_tile_wgmma and the mma.sync tile.  The stages of all of a task's
+// tiles form one stream, so that the producer copies the next tile's first stages while the
+// consumer finishes a tile.
+namespace specialized_tile {
+
+// A GEMM task's tiles in order: its K blocks of 64 columns, each as 128-row tiles of the group's
+// rows, then a 64-row one where 64 rows are left.
+struct TaskTiles {
+  int tiles_per_block, full, k_tiles;
+  __device__ __forceinline__ TaskTiles(int rows, int columns, int c_stride)
+      : tiles_per_block(rows / 128 + (rows % 128) / 64), full(rows / 128),
+        k_tiles((c_stride + WGMMA_BK - 1) / WGMMA_BK), count_((columns + GEMM_BN - 1) / GEMM_BN * tiles_per_block) {}
+  __device__ __forceinline__ int count() const { return count_; }
+  // Tile i: its first row (of the group), rows (128 or 64) and first column (of the task).
+  __device__ __forceinline__ void tile(int i, int& row, int& rows, int& col) const {
+    const int block = i / tiles_per_block, j = i - block * tiles_per_block;
+    rows = j < full ? 128 : 64;
+    row = j < full ? 128 * j : 128 * full;
+    col = GEMM_BN * block;
+  }
+  int count_;
+};
+
+// The producer's part of a task: tiles.count() x tiles.k_tiles stages.
+__device__ __forceinline__ void produce(unsigned smem, const float* Vp, const float* Up, long long row0, int col0,
+                                        int col_end, int c_stride, const TaskTiles& tiles, int p) {
+  constexpr int A_ROW_STEP = 128 / 8;   // rows between a thread's A chunks
+  constexpr int LAG = STAGES - 1;       // copies run this many stages ahead of splits
+  const int stages_total = tiles.count() * tiles.k_tiles;
+  // A: thread p copies chunk p % 8 of rows p / 8 + 16 r (8 threads a 128-byte row).
+  const int a_chunk = p & 7, a_row0 = p >> 3;
+  const unsigned a_dst = a_row0 * (WGMMA_BK * 4) + 16 * (a_chunk ^ wgmma_tile::a_swizzle(a_row0));
+  // B: thread p copies chunk p % 4 of half (p / 8) % 2 of rows 2 (p / 16) + (p / 4) % 2 + 16 j
+  // (8 threads two rows' 64 contiguous bytes of one half, in shared and in global memory).
+  const int piece = p & 3, half = (p >> 3) & 1;
+  const int b_row0 = 2 * (p >> 4) + ((p >> 2) & 1);
+  const unsigned b_dst = A_STAGE_BYTES + half * B_HALF_BYTES + b_row0 * B_ROW_BYTES +
+                         ((piece ^ ((b_row0 >> 1) & 3)) << 4);   // 16-row steps keep the swizzle
+  // The copies go in stage order: the tile and k tile of the next one, and where it reads.
+  int tile = 0, kt = 0, rows = 0, b_rows_left = 0;
+  const float* a_src = nullptr;
+  const float* b_src = nullptr;
+  auto start_tile = [&] {
+    int row, col;
+    tiles.tile(tile, row, rows, col);
+    a_src = Vp + (row0 + row + a_row0) * c_stride + 4 * a_chunk;
+    b_src = Up + static_cast<long long>(col0 + col + b_row0) * c_stride + 16 * half + 4 * piece;
+    b_rows_left = col_end - (col0 + col) - b_row0;
+  };
+  start_tile();
+  const long long a_step = static_cast<long long>(A_ROW_STEP) * c_stride, b_step = 16LL * c_stride;
+  auto copy_stage = [&](int n) {
+    const int s = n % STAGES;
+    if (n >= STAGES) named_barrier_sync(BARRIER_EMPTY + s, 256);   // stage n - STAGES multiplied
+    const unsigned stage = smem + s * STAGE_BYTES;
+    const int k_left = c_stride - WGMMA_BK * kt;
+    const bool a_ok = k_left > 4 * a_chunk;
+    const float* a = a_src;
+#pragma unroll
+    for (int r = 0; r < 128 / A_ROW_STEP; ++r, a += a_step)   // a 0-byte copy reads nothing
+      if (r * A_ROW_STEP < rows) cp_async_cg16_shared(stage + a_dst + r * A_ROW_STEP * (WGMMA_BK * 4), a, a_ok);
+    const bool b_k_ok = k_left > 16 * half + 4 * piece;
+    const float* b = b_src;
+#pragma unroll
+    for (int j = 0; j < GEMM_BN / 16; ++j, b += b_step)
+      cp_async_cg16_shared(stage + b_dst + j * 16 * B_ROW_BYTES, b, b_k_ok && 16 * j < b_rows_left);
+    a_src += WGMMA_BK;
+    b_src += WGMMA_BK;
+    if (++kt == tiles.k_tiles) {
+      kt = 0;
+      if (++tile < tiles.count()) start_tile();
+    }
+  };
+  // Thread p splits half-row p of a stage's B (64 rows x 2 halves): its four chunks hold
+  // k 4 c .. 4 c + 3 (chunk c at c ^ swizzle) and are written back holding k c, c + 4, c + 8,
+  // c + 12, so that k8 step q reads k 4 t4 + 2 q as its column t4 and 4 t4 + 2 q + 1 as t4 + 4,
+  // as the A fragments pair them.
+  const int split_row = p & 63, sw = (split_row >> 1) & 3;
+  const unsigned split_offset = A_STAGE_BYTES + (p >> 6) * B_HALF_BYTES + split_row * B_ROW_BYTES;
+  auto split_stage = [&](int s) {
+    const unsigned raw = smem + s * STAGE_BYTES + split_offset;
+    const unsigned sml = smem + STAGES * STAGE_BYTES + s * B_STAGE_BYTES + (split_offset - A_STAGE_BYTES);
+    uint4 x[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) x[c] = ld_shared_v4(raw + ((c ^ sw) << 4));
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      auto part_of = [c](const uint4& v) { return __uint_as_float(c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w); };
+      uint4 big, small;
+      split_tf32(part_of(x[0]), big.x, small.x);
+      split_tf32(part_of(x[1]), big.y, small.y);
+      split_tf32(part_of(x[2]), big.z, small.z);
+      split_tf32(part_of(x[3]), big.w, small.w);
+      st_shared_v4(raw + ((c ^ sw) << 4), big);
+      st_shared_v4(sml + ((c ^ sw) << 4), small);
+    }
+    fence_proxy_async_smem();
+  };
+  // Stage n is split and signalled full before the copy into the stage multiplied last waits for
+  // the consumer to be done with it.
+#pragma unroll 1
+  for (int n = 0; n < LAG; ++n) {
+    if (n < stages_total) copy_stage(n);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int n = 0; n < stages_total; ++n) {
+    cp_async_wait<LAG - 1>();
+    named_barrier_sync(BARRIER_PRODUCER, 128);   // every producer thread's copies of stage n landed
+    split_stage(n % STAGES);
+    named_barrier_arrive(BARRIER_FULL + n % STAGES, 256);
+    if (n + LAG < stages_total) copy_stage(n + LAG);
+    cp_async_commit();
+  }
+}
+
+// The consumer's part of one ROWS x 64 tile of a task (its stages from n on): MB 64-row blocks of
+// m64n64k8 MMAs.
+template <int ROWS>
+__device__ __forceinline__ void consume(unsigned smem, const float* stages, float* Mp, long long row0, int col0,
+                                        int col_end, int c_stride, int k_stride, int stages_total, int& n, int c) {
+  constexpr int MB = ROWS / 64;
+  const int lane = c & 31, warp = c >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
+  auto b_desc = [&](int s, int sub, int q, bool small) {
+    const unsigned base = small ? smem + STAGES * STAGE_BYTES + s * B_STAGE_BYTES : smem + s * STAGE_BYTES + A_STAGE_BYTES;
+    return wgmma_desc_swizzle64(base + sub * B_HALF_BYTES + q * 32, 8 * B_ROW_BYTES);
+  };
+  // A batch: two groups of MMAs (the 64-row blocks of a sub-tile, or a 64-row tile's two
+  // sub-tiles) issued together, each into its own partial sum, so that the first one's FADDs
+  // run while the second one's MMAs do.
+  float acc[MB][32], part[2][32];
+  unsigned a_big[2][2][4], a_small[2][2][4];   // [group][k8 step]
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) acc[mb][e] = 0.0f;
+  auto load_a = [&](int s, int sub, int mb, int group) {
+    const int a_row = 64 * mb + 16 * warp + g;
+    const float* As = stages + (s * STAGE_BYTES) / 4 + a_row * WGMMA_BK +
+                      ((sub * GEMM_BK + 4 * t4) ^ (4 * wgmma_tile::a_swizzle(a_row)));
+    const float4 r0 = *reinterpret_cast<const float4*>(As);
+    const float4 r8 = *reinterpret_cast<const float4*>(As + 8 * WGMMA_BK);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) split_a_step(r0, r8, q, a_big[group][q], a_small[group][q]);
+  };
+  auto issue = [&](int s, int sub, int group) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      wgmma_tf32_m64n64k8(part[group], a_small[group][q], b_desc(s, sub, q, false), q);
+      wgmma_tf32_m64n64k8(part[group], a_big[group][q], b_desc(s, sub, q, true), 1);
+      wgmma_tf32_m64n64k8(part[group], a_big[group][q], b_desc(s, sub, q, false), 1);
+    }
+    wgmma_commit();
+  };
+  auto add = [&](int group, int mb) {
+    fence_operands(part[group]);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[mb][i] = __fadd_rn(acc[mb][i], part[group][i]);
+  };
+  int k_rest = c_stride;
+  for (int kt = 0; kt < k_tiles; ++kt, ++n) {
+    const int s = n % STAGES;
+    named_barrier_sync(BARRIER_FULL + s, 256);
+    // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
+    const bool two = k_rest > GEMM_BK;
+    if constexpr (MB == 2) {
+#pragma unroll
+      for (int sub = 0; sub < 2; ++sub) {
+        if (sub == 1 && !two) break;
+        load_a(s, sub, 0, 0);
+        load_a(s, sub, 1, 1);
+        wgmma_fence();
+        issue(s, sub, 0);
+        issue(s, sub, 1);
+        wgmma_wait<1>();
+        add(0, 0);
+        wgmma_wait<0>();
+        add(1, 1);
+      }
+    } else if (two) {
+      load_a(s, 0, 0, 0);
+      load_a(s, 1, 0, 1);
+      wgmma_fence();
+      issue(s, 0, 0);
+      issue(s, 1, 1);
+      wgmma_wait<1>();
+      add(0, 0);
+      wgmma_wait<0>();
+      add(1, 0);
+    } else {
+      load_a(s, 0, 0, 0);
+      wgmma_fence();
+      issue(s, 0, 0);
+      wgmma_wait<0>();
+      add(0, 0);
+    }
+    if (n + STAGES < stages_total) named_barrier_arrive(BARRIER_EMPTY + s, 256);   // stage s free for copy n + STAGES
+    k_rest -= WGMMA_BK;
+  }
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+    store_wgmma_acc<64, false>(acc[mb], Mp, row0 + 64 * mb + 16 * warp + g, col0 + 2 * t4, col_end, k_stride, 0);
+}
+
+}  // namespace specialized_tile
+#endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SPECIALIZED
+
 #if MW_SPLIT_OPERANDS
 // BF16x3 on warpgroup MMAs from split operands (sm_90a): V rows and U^T rows (megawino.core.abi
 // split_bf16) arrive through the cp.async ring already split, so the tensor cores read all four
@@ -786,6 +1032,30 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
       for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
       for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     }
+  }
+#elif MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SPECIALIZED
+  // Warpgroup 0 produces, warpgroup 1 consumes, each over all of the task's tiles, with the
+  // registers moved to the consumer for the task.
+  using namespace specialized_tile;
+  const int tid = thread_index();
+  const unsigned smem = (smem_addr(sm.floats) + ALIGN - 1) & ~(ALIGN - 1);
+  const TaskTiles tiles(tpg, k1 - k0, c_stride);
+  if (tid < 128) {
+    registers_decrease<PRODUCER_REGISTERS>();
+    produce(smem, Vp, Up, t0, k0, k1, c_stride, tiles, tid);
+    registers_increase<128>();
+  } else {
+    registers_increase<CONSUMER_REGISTERS>();
+    const float* stages = sm.floats + (smem - smem_addr(sm.floats)) / 4;
+    const int stages_total = tiles.count() * tiles.k_tiles;
+    int n = 0;   // the task's stages so far
+    for (int col = k0; col < k1; col += GEMM_BN) {
+      int r = 0;
+      for (; r + 128 <= tpg; r += 128)
+        consume<128>(smem, stages, Mp, t0 + r, col, k1, c_stride, k_stride, stages_total, n, tid - 128);
+      for (; r < tpg; r += 64) consume<64>(smem, stages, Mp, t0 + r, col, k1, c_stride, k_stride, stages_total, n, tid - 128);
+    }
+    registers_decrease<128>();
   }
 #else
   for (int col = k0; col < k1; col += GEMM_BN) {

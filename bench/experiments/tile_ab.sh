@@ -53,3 +53,4 @@ for k, doc in runs.items():
                                           "median_gemm_efficiency_vs_cublas", "median_gemm_efficiency_vs_cublas_wide",
                                           "max_rel_err_vs_cudnn", "layers_timed")})
 PY
+echo "== tests (again): $(tail -n 1 "$out/tests.log")"
