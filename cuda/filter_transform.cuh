@@ -1,9 +1,8 @@
 // FILTER task: a range of (c, k) pairs q = c * k_stride + k of U[alpha2][c_stride][k_stride]:
 // U = G g G^T for real pairs, zeros for padding pairs (c >= C or k >= K).
 // Mirrors megawino/core/stages/filter_transform.py.  Consecutive threads take
-// consecutive pairs, so the U stores are coalesced.  The warpgroup-MMA builds (MW_U_TRANSPOSED)
-// keep U transposed, [alpha2][k_stride][c_stride] (split BF16 rows under MW_SPLIT_OPERANDS):
-// there pair q is k * c_stride + c.
+// consecutive pairs, so the U stores are coalesced.  Split operands (MW_SPLIT_OPERANDS) keep U
+// transposed, [alpha2][k_stride][c_stride] in split BF16 rows: there pair q is k * c_stride + c.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -19,14 +18,14 @@ __device__ __forceinline__ void filter_transform_task(const Params& p, const flo
   const long long q0 = static_cast<long long>(index) * p.filter_pairs_per_task;
   const long long q1 = min(pairs, q0 + p.filter_pairs_per_task);
   const int C = static_cast<int>(p.C), K = static_cast<int>(p.K);
-#if MW_U_TRANSPOSED
+#if MW_SPLIT_OPERANDS
   const int c_stride = static_cast<int>(p.c_stride);
 #else
   const int k_stride = static_cast<int>(p.k_stride);
 #endif
   float* U = reinterpret_cast<float*>(p.U);
   for (long long q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
-#if MW_U_TRANSPOSED
+#if MW_SPLIT_OPERANDS
     const int k = static_cast<int>(q / c_stride);
     const int c = static_cast<int>(q - static_cast<long long>(k) * c_stride);
 #else
@@ -48,7 +47,7 @@ __device__ __forceinline__ void filter_transform_task(const Params& p, const flo
 #pragma unroll
       for (int i = 0; i < A * A; ++i) u[i] = 0.0f;
     }
-#if MW_U_TRANSPOSED
+#if MW_SPLIT_OPERANDS
 #pragma unroll
     for (int i = 0; i < A * A; ++i) store_operand(U + i * pairs + static_cast<long long>(k) * c_stride, c_stride, c, u[i]);
 #else

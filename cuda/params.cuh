@@ -40,15 +40,6 @@
 // by the transforms: cuda/split_operand.cuh, megawino.core.abi.split_bf16), so that its GEMM
 // multiplies straight from shared memory; every other build keeps them float32.
 #define MW_SPLIT_OPERANDS (MW_GEMM_BF16X3 && MW_GEMM_WGMMA)
-// The 3xTF32 warpgroup-MMA build's GEMM task is warp-specialized (cuda/gemm.cuh
-// gemm_tile_specialized: a producer warpgroup copies and splits, a consumer warpgroup multiplies);
-// -DMW_GEMM_SPECIALIZED=0 keeps both warpgroups on gemm_tile_wgmma.
-#ifndef MW_GEMM_SPECIALIZED
-#define MW_GEMM_SPECIALIZED 1
-#endif
-// The warpgroup-MMA builds with split operands or a specialized GEMM keep U transposed,
-// [alpha2][k_stride][c_stride], so that the GEMM's B rows are K-major like its A rows.
-#define MW_U_TRANSPOSED (MW_SPLIT_OPERANDS || (MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SPECIALIZED))
 
 namespace mw {
 // Tile id minus row of V and M for the tiles of ``group``: the buffers hold buffer_groups groups,

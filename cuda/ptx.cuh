@@ -12,24 +12,6 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 // 16-byte global -> shared copy that bypasses L1 (.cg) to a shared-window address; !valid reads
 // nothing and zero-fills.
-// 16 bytes of shared memory at a shared-window address.
-__device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(address));
-  return v;
-}
-__device__ __forceinline__ void st_shared_v4(unsigned address, const uint4& v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: wait for all of them, or
-// only signal this warp's arrival (what the thread wrote before is ordered before the arrival).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("fence.acq_rel.cta;\nbar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 __device__ __forceinline__ void cp_async_cg16_shared(unsigned smem, const float* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes)
@@ -160,15 +142,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Waits until at most N committed groups of this warpgroup's MMAs are still in flight.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// The warpgroup's per-thread register budget (setmaxnreg): a warpgroup that gives registers up
-// lets another of the block take them.
-template <int REGS>
-__device__ __forceinline__ void registers_decrease() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
-template <int REGS>
-__device__ __forceinline__ void registers_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
 // Keeps the compiler from touching accumulators across an asynchronous MMA.
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {

@@ -65,6 +65,5 @@ __device__ __forceinline__ void store_operand_warp(float* row, int c_stride, int
 
 // Which operand format this build's transforms write, for the host (megawino.gpu.nvrtc.operand_format).
 extern "C" __device__ int mw_split_operands = MW_SPLIT_OPERANDS;
-extern "C" __device__ int mw_u_transposed = MW_U_TRANSPOSED;
 
 }  // namespace mw

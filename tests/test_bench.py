@@ -570,7 +570,6 @@ def _fake_runtime(wrap, broken=False):
             self.task_layout = Layout(spec, default_params(spec))
             rng = np.random.default_rng(1)
             self.U = wrap(rng.standard_normal(self.task_layout.u_shape, dtype=np.float32))
-            self.filter_matrices = self.U
             self.V = wrap(rng.standard_normal(self.task_layout.v_shape, dtype=np.float32))
             self.M = wrap(np.full(self.task_layout.m_shape, np.nan, np.float32))
             self.blocks_per_sm, self.grid, self.checks = 2, 8, 0

@@ -17,31 +17,10 @@ import numpy as np
 from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 
 # Operand formats of U and V (``mw::Params::U`` / ``V``): "float32" as PARAM_FIELDS describes
-# them; "float32_u_transposed" (the 3xTF32 build on warpgroup MMAs, MW_U_TRANSPOSED in
-# cuda/params.cuh) keeps U transposed, [alpha2][k_stride][c_stride], so that both GEMM operands
-# are K-major rows the tensor cores read from shared memory; "split_bf16" (the BF16x3 build on
-# warpgroup MMAs, MW_SPLIT_OPERANDS) keeps V rows as split_bf16 words and U transposed, its rows
-# likewise.
-OPERAND_FORMATS = ("float32", "float32_u_transposed", "split_bf16")
-
-
-def u_transposed(operand_format: str) -> bool:
-    """Whether U is [alpha2][k_stride][c_stride] (not [alpha2][c_stride][k_stride]) in ``operand_format``."""
-    if operand_format not in OPERAND_FORMATS:
-        raise ValueError(f"operand format {operand_format!r} is not one of {OPERAND_FORMATS}")
-    return operand_format != "float32"
-
-
-def filter_matrices(u, operand_format: str, alpha2: int):
-    """U (a NumPy or CuPy array of u_shape, [alpha2][c_stride][k_stride]) as alpha2 float32
-    matrices [c_stride][k_stride]: a transposed view where ``operand_format`` keeps U transposed;
-    the split BF16 format has no float32 U (ValueError: see unsplit_bf16)."""
-    if operand_format == "split_bf16":
-        raise ValueError("the split_bf16 format keeps U as split BF16 words (megawino.core.abi.unsplit_bf16)")
-    if not u_transposed(operand_format):
-        return u
-    _, c_stride, k_stride = u.shape
-    return u.reshape(alpha2, k_stride, c_stride).transpose(0, 2, 1)
+# them; "split_bf16" (the BF16x3 build on warpgroup MMAs, MW_SPLIT_OPERANDS in cuda/params.cuh)
+# keeps V rows as split_bf16 words and U transposed, [alpha2][k_stride][c_stride], its rows
+# likewise, so that both GEMM operands are K-major BF16 the tensor cores read from shared memory.
+OPERAND_FORMATS = ("float32", "split_bf16")
 
 
 def bf16_round(values: np.ndarray) -> np.ndarray:

@@ -193,11 +193,9 @@ def gemm_uses_wgmma(mod) -> bool:
 
 
 def operand_format(mod) -> str:
-    """How a compiled Winograd module keeps U and V (``mw_split_operands``, ``mw_u_transposed``): one of
+    """How a compiled Winograd module keeps U and V (``mw_split_operands``): one of
     megawino.core.abi.OPERAND_FORMATS."""
-    if module_int(mod, "mw_split_operands"):
-        return "split_bf16"
-    return "float32_u_transposed" if module_int(mod, "mw_u_transposed") else "float32"
+    return "split_bf16" if module_int(mod, "mw_split_operands") else "float32"
 
 
 class GemmSmemKernel:

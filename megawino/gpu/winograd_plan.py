@@ -101,8 +101,8 @@ class Plan:
         self.device = cupy.cuda.Device().id
         m = params.m if params is not None else 4
         mod = module(algo, m, spec.layout, trace, self.gemm_math)
-        # U and V as megawino.core.abi describes them: float32, U transposed where the build's GEMM
-        # runs on warpgroup MMAs, both split BF16 where it multiplies BF16x3 there.
+        # U and V as megawino.core.abi describes them: float32, or split BF16 (U transposed) where
+        # the build's GEMM multiplies BF16x3 on warpgroup MMAs.
         self.operand_format = operand_format(mod)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         if algo == "megakernel":
@@ -172,15 +172,17 @@ class Plan:
                 ws.created_in_capture = False
         return ws
 
-    # The current stream's buffers, as the kernels see them.
-    U = property(lambda self: self.workspace().U)
-    V = property(lambda self: self.workspace().V)
-    M = property(lambda self: self.workspace().M)
+    @property
+    def U(self):
+        return self.workspace().U
 
     @property
-    def filter_matrices(self):
-        """U as alpha2 float32 matrices [c_stride][k_stride] (megawino.core.abi.filter_matrices)."""
-        return abi.filter_matrices(self.U, self.operand_format, self.task_layout.alpha2)
+    def V(self):
+        return self.workspace().V
+
+    @property
+    def M(self):
+        return self.workspace().M
 
     def param_values(self, ws: workspace.PlanWorkspace, variant: _Variant, U) -> np.ndarray:
         spec, lay, par = self.spec, self.task_layout, self.params
