@@ -18,10 +18,6 @@ constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int GEMM_TILE_COLS = 64;
 constexpr int COUNTER_STRIDE = 32;
-#ifndef MW_TILE_BAND_ROWS   // -DMW_TILE_BAND_ROWS=1: row-major tile ids, for an A/B of the order
-#define MW_TILE_BAND_ROWS 4
-#endif
-constexpr int TILE_BAND_ROWS = MW_TILE_BAND_ROWS;
 
 
 // One task record (megawino/core/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: none.

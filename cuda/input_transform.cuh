@@ -17,29 +17,14 @@ struct TileCoord {
   int n, th, tw;
 };
 
-// Tile id t -> (image, tile row, tile column): an image's tiles in bands of TILE_BAND_ROWS tile
-// rows, a band by pairs of tile columns, a pair row by row (megawino.core.stages.input_transform.
-// tile_coords), so that a task's consecutive tiles cover a compact patch of the image.
 __device__ __forceinline__ TileCoord tile_coord(const Params& p, long long t) {
-  const int tiles_h = static_cast<int>(p.tiles_h), tiles_w = static_cast<int>(p.tiles_w);
-  const int per_image = tiles_h * tiles_w;
+  const int per_image = static_cast<int>(p.tiles_h * p.tiles_w);
   const int tt = static_cast<int>(t);
   TileCoord tc;
   tc.n = tt / per_image;
-  int rest = tt - tc.n * per_image;
-  const int full_bands = tiles_h / TILE_BAND_ROWS, band_tiles = TILE_BAND_ROWS * tiles_w;
-  const int band = min(rest / band_tiles, full_bands);
-  rest -= band * band_tiles;
-  const int rows = band < full_bands ? TILE_BAND_ROWS : tiles_h - full_bands * TILE_BAND_ROWS;
-  const int pairs = tiles_w / 2;
-  if (rest < pairs * 2 * rows) {
-    const int pair = rest / (2 * rows), in_pair = rest - pair * 2 * rows;
-    tc.th = band * TILE_BAND_ROWS + (in_pair >> 1);
-    tc.tw = 2 * pair + (in_pair & 1);
-  } else {
-    tc.th = band * TILE_BAND_ROWS + rest - pairs * 2 * rows;
-    tc.tw = tiles_w - 1;
-  }
+  const int rest = tt - tc.n * per_image;
+  tc.th = rest / static_cast<int>(p.tiles_w);
+  tc.tw = rest - tc.th * static_cast<int>(p.tiles_w);
   return tc;
 }
 

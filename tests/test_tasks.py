@@ -256,24 +256,3 @@ def test_task_param_limits_keep_transform_work_items_in_int32():
     assert MAX_TILES_PER_GROUP * MAX_CHANNELS_PER_TASK < INT32_MAX
     assert set(TASK_PARAM_LIMITS) == {f.name for f in dataclasses.fields(TaskParams)} - {"m"}
     small_params(tiles_per_group=MAX_TILES_PER_GROUP, input_channels_per_task=MAX_CHANNELS_PER_TASK)
-
-
-@pytest.mark.parametrize("tiles_h, tiles_w", [(56, 56), (1, 1), (2, 2), (7, 5), (13, 11), (5, 1), (1, 6), (9, 4)])
-def test_tile_coords_band_order(tiles_h, tiles_w):
-    """Tile ids cover every (image, tile row, tile column) once; within a band of TILE_BAND_ROWS
-    rows consecutive even/odd ids are horizontal neighbours, and the next band starts below."""
-    import types
-    from megawino.core.stages.input_transform import tile_coords
-    from megawino.core.tasks import TILE_BAND_ROWS
-    per_image = tiles_h * tiles_w
-    lay = types.SimpleNamespace(tiles_h=tiles_h, tiles_w=tiles_w, tiles=2 * per_image)
-    n, th, tw, real = tile_coords(lay, 0, 2 * per_image + 3)
-    assert real.tolist() == [True] * (2 * per_image) + [False] * 3
-    assert len(set(zip(n[:-3].tolist(), th[:-3].tolist(), tw[:-3].tolist()))) == 2 * per_image
-    assert (n[:per_image] == 0).all() and (n[per_image:2 * per_image] == 1).all()
-    for t in range(0, per_image - 1, 2):
-        if tw[t] != tiles_w - 1:   # a pair: same row, next column
-            assert (th[t + 1], tw[t + 1]) == (th[t], tw[t] + 1), t
-    # the first band's tiles are its rows only
-    band = min(TILE_BAND_ROWS, tiles_h) * tiles_w
-    assert set(th[:band].tolist()) == set(range(min(TILE_BAND_ROWS, tiles_h)))

@@ -54,11 +54,6 @@ COUNTER_STRIDE = 32      # int32s between counters: each on its own 128-byte lin
 LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE_CHANNELS in
                          # cuda/params.cuh): a task with
                          # fewer channels leaves lanes idle and is no faster
-TILE_BAND_ROWS = 4       # tile ids run through an image in bands of this many tile rows, a band
-                         # column pair by column pair (tile_coords): consecutive tiles stay
-                         # horizontal pairs, and a transform task's tiles cover a compact patch, so
-                         # that the window rows tiles of adjacent rows share are read while the
-                         # first read is still in L1 / L2
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
                           # 256-thread block busy on one 32-channel chunk

@@ -47,10 +47,6 @@ def header_text() -> str:
         f"constexpr int GEMM_BLOCK_ROWS = {tasks.GEMM_BLOCK_ROWS};",
         f"constexpr int GEMM_TILE_COLS = {tasks.GEMM_TILE_COLS};",
         f"constexpr int COUNTER_STRIDE = {tasks.COUNTER_STRIDE};",
-        "#ifndef MW_TILE_BAND_ROWS   // -DMW_TILE_BAND_ROWS=1: row-major tile ids, for an A/B of the order",
-        f"#define MW_TILE_BAND_ROWS {tasks.TILE_BAND_ROWS}",
-        "#endif",
-        "constexpr int TILE_BAND_ROWS = MW_TILE_BAND_ROWS;",
         "",
         "",
     ]

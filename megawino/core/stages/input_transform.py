@@ -3,31 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tasks import TILE_BAND_ROWS
-
 
 def tile_coords(layout, t0: int, t1: int):
-    """Tile ids -> (n, tile row, tile col) and a mask of real (non-padding) tiles.  An image's
-    tiles run in bands of TILE_BAND_ROWS tile rows (the last band may have fewer); a band by
-    pairs of tile columns (the last column alone when tiles_w is odd), a pair row by row, left
-    tile first: ids 0..7 of a 4-row band are (0, 0), (0, 1), (1, 0), (1, 1), ..., (3, 1).
-    Mirrors tile_coord in cuda/input_transform.cuh."""
+    """Tile ids -> (n, tile row, tile col) and a mask of real (non-padding) tiles."""
     tiles = np.arange(t0, t1)
     real = tiles < layout.tiles
-    tiles_h, tiles_w = layout.tiles_h, layout.tiles_w
-    n, rest = np.divmod(np.minimum(tiles, layout.tiles - 1), tiles_h * tiles_w)
-    full_bands = tiles_h // TILE_BAND_ROWS
-    band_tiles = TILE_BAND_ROWS * tiles_w
-    in_full = rest < full_bands * band_tiles
-    band = np.where(in_full, rest // band_tiles, full_bands)
-    rest = rest - band * band_tiles
-    rows = np.where(in_full, TILE_BAND_ROWS, tiles_h - full_bands * TILE_BAND_ROWS)   # of this band
-    pairs = tiles_w // 2
-    in_pairs = rest < pairs * 2 * rows
-    safe_rows = np.maximum(rows, 1)
-    pair, in_pair = np.divmod(rest, 2 * safe_rows)
-    th = band * TILE_BAND_ROWS + np.where(in_pairs, in_pair // 2, rest - pairs * 2 * rows)
-    tw = np.where(in_pairs, 2 * pair + in_pair % 2, tiles_w - 1)
+    n, rest = np.divmod(np.minimum(tiles, layout.tiles - 1), layout.tiles_h * layout.tiles_w)
+    th, tw = np.divmod(rest, layout.tiles_w)
     return n, th, tw, real
 
 
