@@ -223,27 +223,9 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
   const bool hi = s != 0;
   float* buf = sbuf + (threadIdx.x >> 5) * (AA * 32);
 
-  // Pairs in column-chain order: a chain is a pair and the pairs below it in the task (R pairs
-  // a tile row), so that the warps of one round read the window rows vertically adjacent tiles
-  // share at about the same time (from L1), not a tile row's sweep later (from DRAM again).
-#ifndef MW_INPUT_CHAIN_ORDER   // -DMW_INPUT_CHAIN_ORDER=0: pairs in id order, for an A/B
-#define MW_INPUT_CHAIN_ORDER 1
-#endif
-  const int R = MW_INPUT_CHAIN_ORDER && (p.tiles_w & 1) == 0 ? static_cast<int>(p.tiles_w) >> 1 : npair;   // pairs a tile row
-  const int chain_long = npair / R + 1, longer = npair % R;   // chains c < longer have chain_long pairs
   for (int wi = threadIdx.x >> 5; wi < items; wi += BLOCK_THREADS / 32) {
     const int cg = wi / npair;
-    const int i = wi - cg * npair;
-    int chain, step;
-    if (i < longer * chain_long) {
-      chain = i / chain_long;
-      step = i - chain * chain_long;
-    } else {
-      const int rest = i - longer * chain_long, len = chain_long - 1;
-      chain = longer + rest / len;
-      step = rest - (chain - longer) * len;
-    }
-    const int tp = chain + step * R;
+    const int tp = wi - cg * npair;
     const int cw = c0 + cg * 32;                           // first channel of the warp item
     const long long t0 = t_base + 2 * tp;                  // first tile of the pair
     const long long t = t0 + s;                            // this lane's tile
