@@ -7,3 +7,16 @@ out="${OUT:-$1}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 MEGAWINO_CACHE_DIR="$out/cache"
 cd /tmp
+
+# The A/B scripts' two steps: test_gpu.py on the default build (an optional pytest -k expression),
+# and one bench/compare.py run of a build:  run_compare NAME DEFINES [compare.py options].
+run_gpu_tests() {
+  local t=$SECONDS
+  python3 -m pytest -q -m gpu -p no:cacheprovider ${1:+-k "$1"} "$repo/tests/test_gpu.py" > "$out/tests.log" 2>&1
+  echo "== tests: exit $?, $((SECONDS - t)) s"; tail -n 8 "$out/tests.log"
+}
+run_compare() {
+  local t=$SECONDS name=$1 defines=$2; shift 2
+  MEGAWINO_CUDA_DEFINES="$defines" python3 "$repo/bench/compare.py" --out "$out/$name.json" "$@" > "$out/$name.log" 2>&1
+  echo "== compare $name ($defines): exit $?, $((SECONDS - t)) s"
+}

@@ -5,14 +5,7 @@
 #   OUT=/tmp/ab bash bench/experiments/gemm_ab.sh [pytest -k expression]
 set -u
 source "$(dirname "$0")/device_setup.sh" /tmp/gemm-ab
-t0=$SECONDS
-python3 -m pytest -q -m gpu -p no:cacheprovider ${1:+-k "$1"} "$repo/tests/test_gpu.py" > "$out/tests.log" 2>&1
-echo "== tests: exit $?, $((SECONDS - t0)) s"; tail -n 8 "$out/tests.log"
-run_compare() {   # run_compare NAME DEFINES [compare.py options]
-  local t=$SECONDS name=$1 defines=$2; shift 2
-  MEGAWINO_CUDA_DEFINES="$defines" python3 "$repo/bench/compare.py" --out "$out/$name.json" "$@" > "$out/$name.log" 2>&1
-  echo "== compare $name ($defines): exit $?, $((SECONDS - t)) s"
-}
+run_gpu_tests "${1:-}"
 run_compare default ""
 # The variants time megawino and the GEMM stage only ($AB_BACKENDS).
 name_of() { local n=${1#-D}; echo "${n//=/_}"; }
