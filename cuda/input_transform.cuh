@@ -194,9 +194,10 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
 // two whole 128-byte lines:
 //   line (q, t0):     lane l writes channel cw + (l ^ 16): lo lanes their pass-B value, hi lanes the partner's;
 //   line (q, t0 + 1): lane l writes channel cw + l:        lo lanes the partner's, hi lanes their pass-B value.
-// The V stores are st.global so that ptxas may issue the shared loads ahead of them, and pass B
-// sits behind a warp-uniform branch, which keeps ptxas from hoisting its window loads into pass
-// A's transform (more live registers).  The loop is warp-uniform: lanes past c1 compute zeros
+// The V stores are st.global so that ptxas may issue the shared loads ahead of them, with the
+// evict-first hint so that V does not push x's lines out of L2 before the next tiles read them;
+// pass B sits behind a warp-uniform branch, which keeps ptxas from hoisting its window loads into
+// pass A's transform (more live registers).  The loop is warp-uniform: lanes past c1 compute zeros
 // that are never stored.  A task's tile count is even (a multiple of tasks.TRANSFORM_MIN_TILES).
 // sbuf: alpha^2 * BLOCK_THREADS floats.
 template <int M>
@@ -265,16 +266,16 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];
-        store_operand(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
-        store_operand(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
+        store_operand<true>(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
+        store_operand<true>(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
       }
     } else {
       const bool ok0 = c0_lane < c1, ok1 = c1_lane < c1;
 #pragma unroll
       for (int q = 0; q < AA; ++q) {
         const float a = buf[q * 32 + (lane ^ 16)];
-        if (ok0) store_operand(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
-        if (ok1) store_operand(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
+        if (ok0) store_operand<true>(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
+        if (ok1) store_operand<true>(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
       }
     }
     __syncwarp();

@@ -75,6 +75,11 @@ __device__ __forceinline__ int thread_index() {
 __device__ __forceinline__ void st_global(float* ptr, float v) {
   asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
 }
+// The same with the cache-streaming hint: the line is evicted first (V, so that it does not push
+// the input transform's x lines out of L2 before their neighbouring tiles read them again).
+__device__ __forceinline__ void st_global_streaming(float* ptr, float v) {
+  asm volatile("st.global.cs.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
+}
 
 // A 16-bit global store (the split BF16 operands: cuda/split_operand.cuh).
 __device__ __forceinline__ void st_global_b16(unsigned short* ptr, unsigned short v) {

@@ -22,6 +22,7 @@ __device__ __forceinline__ unsigned split_parts(float x) {
 #endif
 
 // Channel c of the operand row at `row` (c_stride words) holds x.
+template <bool STREAMING = false>
 __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
 #if MW_SPLIT_OPERANDS
   const unsigned parts = split_parts(x);
@@ -30,7 +31,8 @@ __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, f
   st_global_b16(halves + c_stride + c, static_cast<unsigned short>(parts >> 16));
 #else
   (void)c_stride;
-  st_global(row + c, x);
+  if constexpr (STREAMING) st_global_streaming(row + c, x);
+  else st_global(row + c, x);
 #endif
 }
 
