@@ -21,7 +21,8 @@ __device__ __forceinline__ unsigned split_parts(float x) {
 }
 #endif
 
-// Channel c of the operand row at `row` (c_stride words) holds x.
+// Channel c of the operand row at `row` (c_stride words) holds x; STREAMING stores a float32
+// operand with the evict-first hint (the split BF16 parts are stored plainly).
 template <bool STREAMING = false>
 __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
 #if MW_SPLIT_OPERANDS

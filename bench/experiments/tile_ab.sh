@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A/B of two GEMM-tile builds on one GPU, from an installed megawino (run from any folder): the
-# GPU tests of the default build, then bench/compare.py alternating the default build (all
-# backends, float64 errors on every layer) and the build with $AB_DEFINES, megakernel, non-fused
-# and the GEMM stage only, twice each, so that the run-to-run spread shows beside the difference.
+# A/B of two builds of one tree on one GPU (the default and a -D variant), from an installed
+# megawino (run from any folder): the GPU tests of the default build, then bench/compare.py
+# alternating the default build (all backends, float64 errors on every layer) and the build with
+# $AB_DEFINES (megakernel, non-fused and the GEMM stage only), twice each, so that the run-to-run
+# spread shows beside the difference; per-layer time ratios last.
 #   OUT=/tmp/ab AB_DEFINES="-DMW_X=1" bash bench/experiments/tile_ab.sh [pytest -k expression]
 set -u
 source "$(dirname "$0")/device_setup.sh" /tmp/tile-ab
