@@ -75,8 +75,8 @@ __device__ __forceinline__ int thread_index() {
 __device__ __forceinline__ void st_global(float* ptr, float v) {
   asm volatile("st.global.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
 }
-// The same with the cache-streaming hint: the line is evicted first (V, so that it does not push
-// the input transform's x lines out of L2 before their neighbouring tiles read them again).
+// The same with the cache-streaming hint: the line is the first evicted (for data no one reads
+// again soon, so that it does not evict data that is).
 __device__ __forceinline__ void st_global_streaming(float* ptr, float v) {
   asm volatile("st.global.cs.f32 [%0], %1;" :: "l"(ptr), "f"(v) : "memory");
 }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,20 +28,15 @@ from megawino.core import suite
 from megawino.core.task_sizes import default_params
 from megawino.core.tasks import TaskType
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import synchronous_median_us  # noqa: E402
+
 
 def events_median(fn, warmup=2, reps=10):
-    import cupy as cp
+    """Median microseconds of ``fn()`` after ``warmup`` untimed calls (bench/common.py's loop)."""
     for _ in range(warmup):
         fn()
-    ts = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
-    return statistics.median(ts)
+    return synchronous_median_us(fn, reps)
 
 
 _MODS = {}

@@ -83,7 +83,7 @@ def current_gpu_key(default: str = "h100") -> str:
 
 
 # GEMM arithmetics whose GEMM tasks run at speeds of their own get a table of their own,
-# "<gpu>-<gemm_math>"; the others use the GPU's table ("h100.json" was tuned with 3xTF32).
+# "<gpu>-<gemm_math>"; the others use the GPU's table, which is tuned for the default arithmetic.
 OWN_TABLE_GEMM_MATHS = ("bf16x3",)
 
 
