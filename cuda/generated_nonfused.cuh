@@ -31,7 +31,7 @@ mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first
   const Params& p = *params;
   const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
   const int group = rec[REC_GROUP], index = rec[REC_INDEX];
-  input_transform_task<MW_M, MW_NHWC != 0, 2, false>(p, x, group, index, sbuf);
+  input_transform_task<MW_M, MW_NHWC != 0, 2>(p, x, group, index, sbuf);
 }
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)

@@ -50,8 +50,7 @@ __device__ __forceinline__ TransformSlice transform_slice(const Params& p, int g
 // Per-tile row / column masks keep 64-bit index arithmetic out of the per-element loads.  An
 // NCHW F(4x4) window whose columns q0 + 1 .. q0 + 4 are a 16-byte-aligned run inside the image
 // reads each row as one float4 and two scalars, which loads the same floats in fewer instructions.
-// FIRST_ROW > 0 loads rows FIRST_ROW .. A - 1 only (the band walk has the rows above already).
-template <int A, bool NHWC, int FIRST_ROW = 0>
+template <int A, bool NHWC>
 __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc, int c, int r0, int q0,
                                             int C, int H, int W, bool valid, float* d) {
   unsigned cm = 0;
@@ -68,7 +67,7 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
                      (cm & 0x1Eu) == 0x1Eu;
     if (vec) {
 #pragma unroll
-      for (int i = FIRST_ROW; i < A; ++i) {
+      for (int i = 0; i < A; ++i) {
         const float* row = base + i * row_stride;
         if (static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H)) {
           const float4 mid = __ldg(reinterpret_cast<const float4*>(row + 1));
@@ -87,7 +86,7 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
     }
   }
 #pragma unroll
-  for (int i = FIRST_ROW; i < A; ++i) {
+  for (int i = 0; i < A; ++i) {
     const unsigned m = static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H) ? cm : 0u;
     const float* row = base + i * row_stride;
 #pragma unroll
@@ -95,25 +94,19 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
   }
 }
 
-// v = B^T d B of a loaded window d: the one input transform of every lane map.
-template <int M>
-__device__ __forceinline__ void transform_loaded(const float* d, float* v) {
-  constexpr int A = M + 2;
-  float tmp[A * A];
-#pragma unroll
-  for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
-#pragma unroll
-  for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
-}
-
-// v = B^T d B of channel c's window at (r0, q0) (zeros where !valid).
+// v = B^T d B of channel c's window at (r0, q0) (zeros where !valid): the one input transform
+// of every lane map.
 template <int M, bool NHWC>
 __device__ __forceinline__ void transform_window(const float* x, const TileCoord& tc, int c, int r0, int q0,
                                                  int C, int H, int W, bool valid, float* v) {
   constexpr int A = M + 2;
   float d[A * A];
   load_window<A, NHWC>(x, tc, c, r0, q0, C, H, W, valid, d);
-  transform_loaded<M>(d, v);
+  float tmp[A * A];
+#pragma unroll
+  for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+#pragma unroll
+  for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
 }
 
 // NHWC: a thread takes one tile and CPT consecutive channels, a warp LANE_CHANNELS channels of
@@ -289,130 +282,13 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
   }
 }
 
-#ifndef MW_INPUT_BAND_ROWS
-#define MW_INPUT_BAND_ROWS 8
-#endif
-// NCHW band walk: a warp item is one tile column of a band of up to MW_INPUT_BAND_ROWS tile rows
-// of the task's slice x 32 channels, one channel per lane.  A lane transforms the item's tiles
-// top to bottom and keeps the alpha - m window rows a tile shares with the tile below in
-// registers, so each row of x is loaded about once instead of alpha / m times (those reloads
-// came from DRAM: the tile below is a tile-row sweep later).  Each V store of a warp is one whole
-// 128-byte line (32 channels of one tile and position), with the evict-first hint so that V
-// does not push x's lines out of L2 before the neighbouring columns read them.  Bands count tile
-// rows from the slice's first (rows numbered across images); a band does not carry rows across
-// an image's top edge.  Everything but the lane's channel is warp-uniform.
-template <int M>
-__device__ __forceinline__ void input_transform_nchw_bands(const Params& p, const float* x, int group, int index) {
-  constexpr int A = M + 2;
-  constexpr int AA = A * A;
-  constexpr int SHARED_ROWS = A - M;   // window rows a tile shares with the tile below
-  constexpr int BAND_ROWS = MW_INPUT_BAND_ROWS;
-  static_assert(LANE_CHANNELS == 32, "a warp item is one channel per lane");
-  const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
-  const int per = static_cast<int>(p.input_channels_per_task);
-  const int c0 = slice.chunk * per;
-  const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
-  const int ncg = (c1 - c0 + 31) >> 5;
-  const long long plane = p.buffer_tiles * p.c_stride;   // V stride between positions
-  const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
-  const int pad = static_cast<int>(p.pad);
-  const int cs = static_cast<int>(p.c_stride);
-  const int tiles_w = static_cast<int>(p.tiles_w), tiles_h = static_cast<int>(p.tiles_h);
-  float* V = reinterpret_cast<float*>(p.V) - ring_shift(p, group) * p.c_stride;   // indexed by tile id
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-
-  // Image tiles [t_first, t_last] of the slice, on tile rows row_first .. row_first + rows - 1;
-  // then its padding tiles (ids >= p.tiles), which get zeros.  Tile ids fit an int (tile_coord).
-  const int t_first = static_cast<int>(slice.t_base);
-  const int t_end = t_first + slice.tiles;
-  const int t_last = min(t_end, static_cast<int>(p.tiles)) - 1;
-  const int row_first = t_first / tiles_w;
-  const int rows = t_last >= t_first ? t_last / tiles_w - row_first + 1 : 0;
-  const int bands = (rows + BAND_ROWS - 1) / BAND_ROWS;
-  const int items = bands * tiles_w * ncg;
-
-  for (int wi = warp; wi < items; wi += BLOCK_THREADS / 32) {
-    const int cg = wi / (bands * tiles_w);
-    const int rest = wi - cg * bands * tiles_w;
-    const int band = rest / tiles_w;
-    const int tw = rest - band * tiles_w;
-    const int c = c0 + cg * 32 + lane;
-    const bool c_ok = c < C && c < c1;
-    const int q0 = tw * M - pad;
-    float d[AA];
-    bool carried = false;   // d holds the window of the tile above
-    const int row_end = min(rows, (band + 1) * BAND_ROWS);
-    for (int r = band * BAND_ROWS; r < row_end; ++r) {
-      const int row = row_first + r;                 // tile row, counted across images
-      const int t = row * tiles_w + tw;
-      if (t < t_first || t > t_last) {
-        carried = false;
-        continue;
-      }
-      TileCoord tc;
-      tc.n = row / tiles_h;
-      tc.th = row - tc.n * tiles_h;
-      tc.tw = tw;
-      const int r0 = tc.th * M - pad;
-      if (carried && tc.th != 0) {
-        load_window<A, false, SHARED_ROWS>(x, tc, c_ok ? c : 0, r0, q0, C, H, W, c_ok, d);
-      } else {
-        load_window<A, false>(x, tc, c_ok ? c : 0, r0, q0, C, H, W, c_ok, d);
-      }
-      carried = true;
-      float v[AA];
-      transform_loaded<M>(d, v);
-#pragma unroll
-      for (int e = 0; e < SHARED_ROWS * A; ++e) d[e] = d[M * A + e];
-      float* const v_row = V + static_cast<long long>(t) * cs;
-      if constexpr (MW_SPLIT_OPERANDS) {
-        // c1 is even (CHANNEL_ALIGN), so lanes l and l ^ 1 (channels c and c ^ 1) store or skip together.
-#pragma unroll
-        for (int q = 0; q < AA; ++q) store_operand_warp(v_row + q * plane, cs, c, v[q], c < c1);
-      } else if (c < c1) {
-#pragma unroll
-        for (int q = 0; q < AA; ++q) store_operand<true>(v_row + q * plane, cs, c, v[q]);
-      }
-    }
-  }
-
-  const int t_pad = max(t_first, static_cast<int>(p.tiles));
-  const int pad_items = (t_end - t_pad) * ncg;
-  for (int wi = warp; wi < pad_items; wi += BLOCK_THREADS / 32) {
-    const int cg = wi / (t_end - t_pad);
-    const int t = t_pad + (wi - cg * (t_end - t_pad));
-    const int c = c0 + cg * 32 + lane;
-    float* const v_row = V + static_cast<long long>(t) * cs;
-    if constexpr (MW_SPLIT_OPERANDS) {
-#pragma unroll
-      for (int q = 0; q < AA; ++q) store_operand_warp(v_row + q * plane, cs, c, 0.0f, c < c1);
-    } else if (c < c1) {
-#pragma unroll
-      for (int q = 0; q < AA; ++q) store_operand<true>(v_row + q * plane, cs, c, 0.0f);
-    }
-  }
-}
-
-// The band walk as a call: inlined into the megakernel's ticket loop, its carried rows make ptxas
-// spill under the 128-register cap.
-template <int M>
-__device__ __noinline__ void input_transform_nchw_bands_call(const Params& p, const float* x, int group, int index) {
-  input_transform_nchw_bands<M>(p, x, group, index);
-}
-
 // The INPUT task of either layout.  NHWC_CPT: channels per thread of the NHWC map (the
-// megakernel's 128-register cap fits 1 without spills; the non-fused kernel takes 2); BANDS_AS_CALL:
-// the NCHW band walk as a call (the megakernel).
-template <int M, bool NHWC, int NHWC_CPT, bool BANDS_AS_CALL>
+// megakernel's 128-register cap fits 1 without spills; the non-fused kernel takes 2).
+template <int M, bool NHWC, int NHWC_CPT>
 __device__ __forceinline__ void input_transform_task(const Params& p, const float* x, int group, int index,
                                                      float* sbuf) {
   if constexpr (NHWC) {
     input_transform_nhwc<M, NHWC_CPT>(p, x, group, index);
-  } else if constexpr (MW_INPUT_BAND_ROWS > 1) {
-    (void)sbuf;
-    if constexpr (BANDS_AS_CALL) input_transform_nchw_bands_call<M>(p, x, group, index);
-    else input_transform_nchw_bands<M>(p, x, group, index);
   } else {
     input_transform_nchw<M>(p, x, group, index, sbuf);
   }

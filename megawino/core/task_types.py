@@ -134,8 +134,8 @@ _BUILT_IN = (
                  nonfused_call="filter_transform_task<MW_M>(p, w, index)", kernel_array="w"),
     TaskTypeInfo(TaskType.INPUT, "INPUT", "input", "I", "cyan", input_transform.run_task, input_work,
                  index_label="chunk", header="input_transform.cuh",
-                 device_call="input_transform_task<MW_M, MW_NHWC != 0, 1, true>(p, x, group, index, smem.floats)",
-                 nonfused_call="input_transform_task<MW_M, MW_NHWC != 0, 2, false>(p, x, group, index, sbuf)",
+                 device_call="input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats)",
+                 nonfused_call="input_transform_task<MW_M, MW_NHWC != 0, 2>(p, x, group, index, sbuf)",
                  kernel_array="x",
                  nonfused_shared="__shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * "
                                  "BLOCK_THREADS];"),
