@@ -34,15 +34,19 @@ static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 // The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles, each summed on its
 // own as in the mma.sync tile), so that a block meets at its barriers once per 32 k.
 constexpr int WGMMA_BK = 32;
-constexpr int WGMMA_STAGES = 3;
+#ifndef MW_WGMMA_STAGES
+#define MW_WGMMA_STAGES 3
+#endif
+constexpr int WGMMA_STAGES = MW_WGMMA_STAGES;
 #endif
 
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
 // of padded 128-row A and 16 x 64 B (B rows of 72 floats under 3xTF32, whose unpadded stages
 // need less), so that the block's shared-memory footprint, and with it the L1 / shared split
 // the kernels are tuned under, is that of the padded layouts.
-// The warpgroup-MMA tile: its A and B stages and the split B of a stage (big and small parts)
-// the tensor cores read.
+// The warpgroup-MMA tile: the split B of a stage (big and small parts) the tensor cores read,
+// then its WGMMA_STAGES stages, A and B each, so that tiles of fewer k tiles than stages touch
+// only the first stages (mw_gemm_smem_bytes_by_k_tiles).
 // The split-operand tile (MW_SPLIT_OPERANDS): SPLIT_STAGES stages of hi and lo parts of 128 x
 // WGMMA_BK A and 64 x WGMMA_BK B in BF16; its build's pointwise kernels run the mma.sync tile.
 constexpr int MMA_SYNC_SMEM_FLOATS =
@@ -54,9 +58,13 @@ constexpr int MMA_SYNC_SMEM_FLOATS =
 constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
+constexpr int WGMMA_SPLIT_FLOATS = 2 * WGMMA_BK * GEMM_BN;
+constexpr int WGMMA_STAGE_FLOATS = GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN;
+#endif
 struct GemmSmem {
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-  float floats[WGMMA_STAGES * (GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN) + 2 * WGMMA_BK * GEMM_BN];
+  float floats[WGMMA_SPLIT_FLOATS + WGMMA_STAGES * WGMMA_STAGE_FLOATS];
 #elif MW_SPLIT_OPERANDS
   // + 512 bytes: the split tile's stages start 512-byte aligned (their swizzle).
   float floats[SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128 > MMA_SYNC_SMEM_FLOATS ? SPLIT_STAGES * SPLIT_STAGE_FLOATS + 128
@@ -70,6 +78,36 @@ struct GemmSmem {
 // over the 48 KB a static array may take); every launch passes mw_gemm_smem_bytes
 // (megawino.gpu.nvrtc.GemmSmemKernel).
 extern "C" __device__ int mw_gemm_smem_bytes = static_cast<int>(sizeof(GemmSmem));
+
+// The transforms' scratch in GemmSmem (their sbuf: alpha^2 floats a thread).
+constexpr int TRANSFORM_SCRATCH_FLOATS = (MW_M + 2) * (MW_M + 2) * BLOCK_THREADS;
+static_assert(TRANSFORM_SCRATCH_FLOATS * sizeof(float) <= sizeof(GemmSmem), "the transforms' scratch fits");
+// The shared memory a launch needs whose GEMM tiles have k_tiles k tiles of mw_gemm_k_per_tile
+// (c_stride / k per tile, rounded up; entry min(k_tiles, 4) - 1): the 3xTF32 warpgroup-MMA ring
+// touches only the stages its tiles fill, and what a launch does not take is the L1's
+// (megawino.gpu.nvrtc.gemm_smem_bytes); every other tile takes all of GemmSmem.
+// -DMW_GEMM_SMEM_BY_K_TILES=0: every launch takes all of GemmSmem.
+#ifndef MW_GEMM_SMEM_BY_K_TILES
+#define MW_GEMM_SMEM_BY_K_TILES 1
+#endif
+__host__ __device__ constexpr int gemm_smem_bytes_for(int k_tiles) {
+#if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SMEM_BY_K_TILES
+  return k_tiles >= WGMMA_STAGES ? static_cast<int>(sizeof(GemmSmem))
+         : static_cast<int>(sizeof(float)) *
+               (WGMMA_SPLIT_FLOATS + k_tiles * WGMMA_STAGE_FLOATS > TRANSFORM_SCRATCH_FLOATS
+                    ? WGMMA_SPLIT_FLOATS + k_tiles * WGMMA_STAGE_FLOATS
+                    : TRANSFORM_SCRATCH_FLOATS);
+#else
+  return k_tiles > 0 ? static_cast<int>(sizeof(GemmSmem)) : 0;
+#endif
+}
+#if MW_GEMM_WGMMA
+extern "C" __device__ int mw_gemm_k_per_tile = WGMMA_BK;
+#else
+extern "C" __device__ int mw_gemm_k_per_tile = GEMM_BK;
+#endif
+extern "C" __device__ int mw_gemm_smem_bytes_by_k_tiles[4] = {gemm_smem_bytes_for(1), gemm_smem_bytes_for(2),
+                                                             gemm_smem_bytes_for(3), gemm_smem_bytes_for(4)};
 __device__ __forceinline__ GemmSmem& gemm_smem() {
   extern __shared__ __align__(128) unsigned char mw_dynamic_smem[];
   return *reinterpret_cast<GemmSmem*>(mw_dynamic_smem);
@@ -487,9 +525,8 @@ constexpr int SPLIT_PART = 2 * SPLIT_STEP;     // one part (big or small) of a 1
 constexpr int SPLIT_SUBTILE = 2 * SPLIT_PART;  // both parts of a sub-tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
-// Shared memory: WGMMA_STAGES A stages, WGMMA_STAGES B stages, then the split B of a stage.
-static_assert(WGMMA_STAGES * (A_STAGE + B_STAGE) + SUBTILES * SPLIT_SUBTILE <=
-              static_cast<int>(sizeof(GemmSmem) / sizeof(float)), "stages fit");
+// Shared memory: the split B of a stage, then the stages (A, then B, each; GemmSmem).
+static_assert(SUBTILES * SPLIT_SUBTILE == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS, "layout");
 static_assert(GEMM_BK == 16 && WGMMA_BK % GEMM_BK == 0 && BLOCK_THREADS == 4 * GEMM_BN,
               "each thread splits 4 k of one B column per sub-tile");
 // A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
@@ -510,9 +547,9 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   constexpr int B_PER_THREAD = B_STAGE / 4 / BLOCK_THREADS;
   static_assert(A_CHUNKS % BLOCK_THREADS == 0 && B_PER_THREAD == SUBTILES && (WG_N == 64 || WG_N == 32),
                 "tile shape");
-  float* const a_stages = sm.floats;
-  float* const b_stages = a_stages + WGMMA_STAGES * A_STAGE;
-  float* const split = b_stages + WGMMA_STAGES * B_STAGE;
+  float* const split = sm.floats;
+  float* const a_stages = split + WGMMA_SPLIT_FLOATS;   // stage s at s * WGMMA_STAGE_FLOATS
+  float* const b_stages = a_stages + A_STAGE;
   const int tid = thread_index();
   const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
@@ -540,14 +577,14 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
-      cp_async_cg16_shared(a_dst + (stage * A_STAGE + r * A_ROW_STEP * WGMMA_BK) * 4, ok ? a_src + r * a_src_step : Vp,
+      cp_async_cg16_shared(a_dst + (stage * WGMMA_STAGE_FLOATS + r * A_ROW_STEP * WGMMA_BK) * 4, ok ? a_src + r * a_src_step : Vp,
                            ok);
     }
     a_src += WGMMA_BK;
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
       const bool ok = b_col_ok && k_left > b_k + GEMM_BK * r;
-      cp_async_cg16_shared(b_dst + (stage * B_STAGE + r * GEMM_BK * GEMM_BN) * 4, ok ? b_src + r * b_sub_step : Up,
+      cp_async_cg16_shared(b_dst + (stage * WGMMA_STAGE_FLOATS + r * GEMM_BK * GEMM_BN) * 4, ok ? b_src + r * b_sub_step : Up,
                            ok);
     }
     b_src += SUBTILES * b_sub_step;
@@ -562,7 +599,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   auto split_stage = [&](int stage) {
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
-      const float* raw = b_stages + stage * B_STAGE + (sub * GEMM_BK + j) * GEMM_BN + n;
+      const float* raw = b_stages + stage * WGMMA_STAGE_FLOATS + (sub * GEMM_BK + j) * GEMM_BN + n;
       unsigned big[4], small[4];
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
@@ -591,7 +628,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   float4 a_raw[2];
   unsigned a_big[2][4], a_small[2][4];
   auto read_a = [&](int stage, int sub) {
-    const float* As = a_stages + stage * A_STAGE + a_row * WGMMA_BK + ((sub * GEMM_BK + a_col) ^ a_sw);
+    const float* As = a_stages + stage * WGMMA_STAGE_FLOATS + a_row * WGMMA_BK + ((sub * GEMM_BK + a_col) ^ a_sw);
     a_raw[0] = *reinterpret_cast<const float4*>(As);
     a_raw[1] = *reinterpret_cast<const float4*>(As + 8 * WGMMA_BK);
   };

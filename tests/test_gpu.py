@@ -453,6 +453,36 @@ def test_gemm_runs_wgmma_on_sm90(monkeypatch, spec):
         assert bool((outs[""] == outs["-DMW_GEMM_WGMMA=0"]).all()), "wgmma and mma.sync GEMMs differ bitwise"
 
 
+@pytest.mark.parametrize("channels", [8, 32, 64, 96, 200])
+def test_gemm_shared_memory_by_depth(channels):
+    """A plan launches with the shared memory its GEMM's depth uses (a ring of fewer k tiles than
+    stages leaves the rest to the L1; nvrtc.gemm_smem_bytes), never less than the transforms'
+    scratch, and computes the same bits as with all of it, megakernel and non-fused alike."""
+    import megawino
+    from megawino.core.tasks import TaskType
+    from megawino.gpu import nvrtc
+    spec = LayerSpec(3, channels, 40, 19, 22)
+    x, w, xd, wd = _inputs(spec, 41 + channels)
+    params = default_params(spec, m=4)
+    mod = nvrtc.module("megakernel", 4, "NCHW")
+    whole = nvrtc.module_int(mod, "mw_gemm_smem_bytes")
+    k_tiles = -(-channels // nvrtc.module_int(mod, "mw_gemm_k_per_tile"))
+    scratch = 36 * nvrtc.BLOCK_THREADS * 4
+    outs = []
+    for algo in ("megakernel", "nonfused"):
+        plan = megawino.plan(spec, params=params, algo=algo)
+        kernel = plan._mega if algo == "megakernel" else plan._kernels[TaskType.GEMM]
+        assert scratch <= kernel.shared_bytes <= whole
+        if nvrtc.gemm_uses_wgmma(mod) and nvrtc.operand_format(mod) == "float32" and k_tiles < 3:
+            assert kernel.shared_bytes < whole, (channels, kernel.shared_bytes)
+        for shared_bytes in (kernel.shared_bytes, whole):
+            kernel.shared_bytes = shared_bytes
+            outs.append(_run(plan, xd, wd))
+    assert rel_l2(_to_nchw(spec, outs[0]), direct_conv_nchw(x, w, 1, 1)) < TOL[4]
+    for i, y in enumerate(outs[1:], 1):
+        assert bool((y == outs[0]).all()), f"launch {i} of (megakernel, non-fused) x (by depth, whole) differs"
+
+
 def test_tune_cli_writes_a_table(tmp_path):
     """`megawino tune` on a small layer runs end to end on the GPU and writes a valid table entry
     whose parameters plan and run that layer correctly."""

@@ -52,7 +52,7 @@ class TaskTypeInfo:
     nonfused_call: str | None = None
     kernel_array: str | None = None
     nonfused_shared: str | None = None
-    nonfused_gemm_smem: bool = False       # the kernel's launches pass mw_gemm_smem_bytes
+    nonfused_gemm_smem: bool = False       # the kernel's launches pass GemmSmemKernel.shared_bytes
     nonfused_min_blocks: int | None = None
     nonfused_block: str = "static_cast<int>(blockIdx.x)"
 

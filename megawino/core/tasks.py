@@ -74,6 +74,11 @@ def round_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
+def channel_stride(channels: int) -> int:
+    """Floats of a channel row of U and V (channels padded to CHANNEL_ALIGN): the GEMM's depth."""
+    return round_up(channels, CHANNEL_ALIGN)
+
+
 def _positive_int(name: str, value, limit: int = INT32_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= limit:
         raise ValueError(f"{name} must be an integer in 1..{limit}, got {value!r}")
@@ -210,7 +215,7 @@ class Layout:
 
     @property
     def c_stride(self) -> int:
-        return round_up(self.spec.C, CHANNEL_ALIGN)
+        return channel_stride(self.spec.C)
 
     @property
     def k_stride(self) -> int:

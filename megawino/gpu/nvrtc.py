@@ -183,8 +183,21 @@ def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str =
 
 def module_int(mod, name: str) -> int:
     """The value of a compiled module's ``extern "C" __device__ int`` ``name``."""
+    return module_ints(mod, name, 1)[0]
+
+
+def module_ints(mod, name: str, count: int) -> list[int]:
+    """The values of a compiled module's ``extern "C" __device__ int name[count]``."""
     cupy = cupy_module()
-    return int(cupy.ndarray((1,), cupy.int32, memptr=mod.get_global(name)).get()[0])
+    return [int(v) for v in cupy.ndarray((count,), cupy.int32, memptr=mod.get_global(name)).get()]
+
+
+def gemm_smem_bytes(mod, c_stride: int) -> int:
+    """Dynamic shared memory of a launch whose GEMM tiles reduce over ``c_stride`` k (cuda/gemm.cuh
+    ``mw_gemm_smem_bytes_by_k_tiles``: a ring of fewer k tiles than stages leaves the rest to the L1)."""
+    by_k_tiles = module_ints(mod, "mw_gemm_smem_bytes_by_k_tiles", 4)
+    k_tiles = max(1, -(-int(c_stride) // module_int(mod, "mw_gemm_k_per_tile")))
+    return by_k_tiles[min(k_tiles, len(by_k_tiles)) - 1]
 
 
 def gemm_uses_wgmma(mod) -> bool:
@@ -201,14 +214,16 @@ def operand_format(mod) -> str:
 class GemmSmemKernel:
     """A kernel of a module that keeps the GEMM tile's shared memory (``GemmSmem``, cuda/gemm.cuh)
     in dynamic shared memory: the megakernel, the non-fused GEMM kernel and the pointwise
-    kernels.  Its size is the module's ``mw_gemm_smem_bytes``; the kernel is allowed that much
-    once, and every launch passes it (calls here; ``shared_bytes`` for KernelLaunch and
-    blocks_per_sm, ``kernel`` the driver function as on a RawKernel)."""
+    kernels.  The kernel is allowed the module's ``mw_gemm_smem_bytes`` once; every launch passes
+    ``shared_bytes`` (calls here, KernelLaunch, blocks_per_sm; ``kernel`` is the driver function as
+    on a RawKernel): all of it, or with ``c_stride`` what GEMM tiles of that depth use
+    (gemm_smem_bytes)."""
 
-    def __init__(self, mod, name: str):
+    def __init__(self, mod, name: str, c_stride: int | None = None):
         self._raw = mod.get_function(name)
-        self.shared_bytes = module_int(mod, "mw_gemm_smem_bytes")
-        self._raw.max_dynamic_shared_size_bytes = self.shared_bytes
+        allowed = module_int(mod, "mw_gemm_smem_bytes")
+        self._raw.max_dynamic_shared_size_bytes = allowed
+        self.shared_bytes = allowed if c_stride is None else gemm_smem_bytes(mod, c_stride)
         self.kernel = self._raw.kernel
 
     def __call__(self, grid, block, args, stream=None):

@@ -29,7 +29,7 @@ from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKern
                     cupy_module, module, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
-from ..core.tasks import Layout, TaskGraph, TaskParams, TaskType
+from ..core.tasks import Layout, TaskGraph, TaskParams, TaskType, channel_stride
 from .call_checks import default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError
 
@@ -105,11 +105,12 @@ class Plan:
         # the build's GEMM multiplies BF16x3 on warpgroup MMAs.
         self.operand_format = operand_format(mod)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        c_stride = channel_stride(spec.C)   # the GEMM's depth: its ring's shared memory
         if algo == "megakernel":
-            self._mega = GemmSmemKernel(mod, "mw_megakernel")
+            self._mega = GemmSmemKernel(mod, "mw_megakernel", c_stride)
             self.blocks_per_sm = blocks_per_sm(self._mega)
         else:
-            self._kernels = {kind.code: GemmSmemKernel(mod, kind.kernel_name) if kind.nonfused_gemm_smem
+            self._kernels = {kind.code: GemmSmemKernel(mod, kind.kernel_name, c_stride) if kind.nonfused_gemm_smem
                              else mod.get_function(kind.kernel_name)
                              for kind in task_types.registered() if kind.on_device}
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
