@@ -24,18 +24,13 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
   __shared__ SchedSlot slot;
   __shared__ int s_last;
   const Params& p = *params;
-  int ticket = threadIdx.x == 0 ? sched_take(p) : -1;   // thread 0's
   for (;;) {
-    if (threadIdx.x == 0) sched_fetch(p, slot, ticket);
+    if (threadIdx.x == 0) sched_fetch(p, slot);
     __syncthreads();
     if (slot.ticket < 0) break;
-    if (MW_TICKET_AHEAD && threadIdx.x == 0) ticket = sched_take(p);
     run_task(p, x, w, y, smem, slot.rec[REC_TYPE], slot.rec[REC_GROUP], slot.rec[REC_INDEX]);
     __syncthreads();
-    if (threadIdx.x == 0) {
-      sched_signal(p, slot);
-      if (!MW_TICKET_AHEAD) ticket = sched_take(p);
-    }
+    if (threadIdx.x == 0) sched_signal(p, slot);
   }
   sched_exit(p, &s_last, report);
 }

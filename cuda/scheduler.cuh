@@ -77,26 +77,14 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
   }
 }
 
-#ifndef MW_TICKET_AHEAD
-#define MW_TICKET_AHEAD 1
-#endif
-
-// Thread 0 only: take the next ticket (-1: the launch aborted).
-__device__ __forceinline__ int sched_take(const Params& p) {
-  int* state = reinterpret_cast<int*>(p.state);
-  if (ld_volatile(state + STATE_ABORT)) return -1;
-  return atomicAdd(state + STATE_HEAD, 1);
-}
-
-// Thread 0 only: read the record of a taken ticket (ticket-ordered: one load, no ticket -> task
-// indirection), wait for its counters.  Fills the slot (ticket -1: leave).  A block takes its
-// next ticket while it runs its task (MW_TICKET_AHEAD), so that the ticket's atomic is off the
-// path between a task and the next; it cannot deadlock: a task's parents have earlier tickets, and
-// the block holding the earliest unfinished ticket runs it or has it next after a task that runs.
-__device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot, int ticket) {
+// Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
+// ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
+__device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   int* state = reinterpret_cast<int*>(p.state);
   slot.ticket = -1;
-  if (ticket < 0 || ticket >= p.num_tasks || ld_volatile(state + STATE_ABORT)) return;
+  if (ld_volatile(state + STATE_ABORT)) return;
+  const int ticket = atomicAdd(state + STATE_HEAD, 1);
+  if (ticket >= p.num_tasks) return;
 #ifdef MW_TRACE
   const long long t_fetch = global_timer_ns();
 #endif
