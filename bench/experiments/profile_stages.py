@@ -26,7 +26,7 @@ import megawino
 from megawino.gpu import nvrtc
 from megawino.core import suite
 from megawino.core.task_sizes import default_params
-from megawino.core.tasks import TaskType
+from megawino.core.tasks import TaskType, channel_stride
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import synchronous_median_us  # noqa: E402
@@ -149,7 +149,7 @@ def main(argv=None):
                 row["output_us"] = events_median(fo, reps=args.reps)
             if args.mega:
                 mm = build("megakernel", spec, defines)
-                fn = nvrtc.GemmSmemKernel(mm, "mw_megakernel")
+                fn = nvrtc.GemmSmemKernel(mm, "mw_megakernel", channel_stride(spec.C))
                 bps = nvrtc.blocks_per_sm(fn)
                 from megawino.tuning import table as tuning
                 mp = tuning.default_mapping_params(nf.task_layout, sms * bps)
