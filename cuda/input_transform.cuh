@@ -103,31 +103,34 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
 // the right tile's column 1, the right tile's column 0 the left tile's column 4), so each lane
 // loads its float4 and its outer scalar only and takes the inner one by shuffle: a third fewer
 // load instructions and sector requests, the same floats.  The caller checks, warp-uniformly,
-// that every lane's window meets the float4 path's conditions and that the tiles are adjacent;
-// rows outside the image are the same for both tiles, so the shuffles are warp-uniform too.
+// that every lane's window meets the float4 path's conditions and that the tiles are adjacent
+// (both tiles then share their rows, so a lane and its partner agree on which rows are zeros).
 __device__ __forceinline__ void load_window_pair(const float* x, const TileCoord& tc, int c, int r0, int q0,
                                                  int C, int H, int W, bool valid, bool hi, float* d) {
   constexpr int A = 6;
   const float* base = x + ((static_cast<long long>(tc.n) * C + c) * H + r0) * W + q0;
   const int outer_col = hi ? 5 : 0;
   const bool outer_ok = valid && static_cast<unsigned>(q0 + outer_col) < static_cast<unsigned>(W);
+  // Every row's loads first, then the shuffles: a shuffle waits for its row's float4, and loads
+  // after it would wait with it.
+  float4 mid[A];
+  float outer[A];
 #pragma unroll
   for (int i = 0; i < A; ++i) {
     const float* row = base + i * W;
-    if (static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H)) {
-      const float4 mid = valid ? __ldg(reinterpret_cast<const float4*>(row + 1)) : make_float4(0.f, 0.f, 0.f, 0.f);
-      const float outer = outer_ok ? __ldg(row + outer_col) : 0.0f;
-      const float inner = __shfl_xor_sync(0xFFFFFFFFu, hi ? mid.x : mid.w, 16);
-      d[i * A + 0] = hi ? inner : outer;
-      d[i * A + 1] = mid.x;
-      d[i * A + 2] = mid.y;
-      d[i * A + 3] = mid.z;
-      d[i * A + 4] = mid.w;
-      d[i * A + 5] = hi ? outer : inner;
-    } else {
+    const bool row_ok = valid && static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H);
+    mid[i] = row_ok ? __ldg(reinterpret_cast<const float4*>(row + 1)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    outer[i] = row_ok && outer_ok ? __ldg(row + outer_col) : 0.0f;
+  }
 #pragma unroll
-      for (int j = 0; j < A; ++j) d[i * A + j] = 0.0f;
-    }
+  for (int i = 0; i < A; ++i) {
+    const float inner = __shfl_xor_sync(0xFFFFFFFFu, hi ? mid[i].x : mid[i].w, 16);
+    d[i * A + 0] = hi ? inner : outer[i];
+    d[i * A + 1] = mid[i].x;
+    d[i * A + 2] = mid[i].y;
+    d[i * A + 3] = mid[i].z;
+    d[i * A + 4] = mid[i].w;
+    d[i * A + 5] = hi ? outer[i] : inner;
   }
 }
 
