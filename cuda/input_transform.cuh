@@ -94,65 +94,19 @@ __device__ __forceinline__ void load_window(const float* x, const TileCoord& tc,
   }
 }
 
-#ifndef MW_INPUT_PAIR_EXCHANGE
-#define MW_INPUT_PAIR_EXCHANGE 1
-#endif
-// load_window's NCHW F(4x4) float4 path for the tile-pair lane map (input_transform_nchw), where
-// lanes l and l ^ 16 take horizontally adjacent tiles of one row (hi: the right one) and the same
-// channel: a window's inner edge column is the partner's float4 end (the left tile's column 5 is
-// the right tile's column 1, the right tile's column 0 the left tile's column 4), so each lane
-// loads its float4 and its outer scalar only and takes the inner one by shuffle: a third fewer
-// load instructions and sector requests, the same floats.  The caller checks, warp-uniformly,
-// that every lane's window meets the float4 path's conditions and that the tiles are adjacent
-// (both tiles then share their rows, so a lane and its partner agree on which rows are zeros).
-__device__ __forceinline__ void load_window_pair(const float* x, const TileCoord& tc, int c, int r0, int q0,
-                                                 int C, int H, int W, bool valid, bool hi, float* d) {
-  constexpr int A = 6;
-  const float* base = x + ((static_cast<long long>(tc.n) * C + c) * H + r0) * W + q0;
-  const int outer_col = hi ? 5 : 0;
-  const bool outer_ok = valid && static_cast<unsigned>(q0 + outer_col) < static_cast<unsigned>(W);
-  // Every row's loads first, then the shuffles: a shuffle waits for its row's float4, and loads
-  // after it would wait with it.
-  float4 mid[A];
-  float outer[A];
-#pragma unroll
-  for (int i = 0; i < A; ++i) {
-    const float* row = base + i * W;
-    const bool row_ok = valid && static_cast<unsigned>(r0 + i) < static_cast<unsigned>(H);
-    mid[i] = row_ok ? __ldg(reinterpret_cast<const float4*>(row + 1)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    outer[i] = row_ok && outer_ok ? __ldg(row + outer_col) : 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < A; ++i) {
-    const float inner = __shfl_xor_sync(0xFFFFFFFFu, hi ? mid[i].x : mid[i].w, 16);
-    d[i * A + 0] = hi ? inner : outer[i];
-    d[i * A + 1] = mid[i].x;
-    d[i * A + 2] = mid[i].y;
-    d[i * A + 3] = mid[i].z;
-    d[i * A + 4] = mid[i].w;
-    d[i * A + 5] = hi ? outer[i] : inner;
-  }
-}
-
-// v = B^T d B of a loaded window d: the one input transform of every lane map.
-template <int M>
-__device__ __forceinline__ void transform_loaded(const float* d, float* v) {
-  constexpr int A = M + 2;
-  float tmp[A * A];
-#pragma unroll
-  for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
-#pragma unroll
-  for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
-}
-
-// v = B^T d B of channel c's window at (r0, q0) (zeros where !valid).
+// v = B^T d B of channel c's window at (r0, q0) (zeros where !valid): the one input transform
+// of every lane map.
 template <int M, bool NHWC>
 __device__ __forceinline__ void transform_window(const float* x, const TileCoord& tc, int c, int r0, int q0,
                                                  int C, int H, int W, bool valid, float* v) {
   constexpr int A = M + 2;
   float d[A * A];
   load_window<A, NHWC>(x, tc, c, r0, q0, C, H, W, valid, d);
-  transform_loaded<M>(d, v);
+  float tmp[A * A];
+#pragma unroll
+  for (int j = 0; j < A; ++j) Wino<M>::template bt<A, A>(d + j, tmp + j);       // columns
+#pragma unroll
+  for (int i = 0; i < A; ++i) Wino<M>::template bt<1, 1>(tmp + i * A, v + i * A);  // rows
 }
 
 // NHWC: a thread takes one tile and CPT consecutive channels, a warp LANE_CHANNELS channels of
@@ -280,34 +234,17 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
     const TileCoord tc = tile_coord(p, t_ok ? t : 0);
     const int r0 = tc.th * M - pad;
     const int q0 = tc.tw * M - pad;
-    // Both tiles in the image, side by side in one row, every window on the float4 path.
-    bool pair = false;
-    if constexpr (M == 4 && MW_INPUT_PAIR_EXCHANGE) {
-      const bool adjacent = t0 + 1 < p.tiles && (hi ? tc.tw != 0 : tc.tw + 1 < static_cast<int>(p.tiles_w));
-      const bool float4_path = (W & 3) == 0 && q0 + 1 >= 0 && q0 + 4 < W &&
-                               ((reinterpret_cast<unsigned long long>(x) + 4ull * (q0 + 1)) & 15ull) == 0;
-      pair = __all_sync(0xFFFFFFFFu, adjacent && float4_path);
-    }
-    auto window = [&](int c, float* v) {
-      const bool valid = t_ok && c < C && c < c1;
-      if (pair) {
-        float d[AA];
-        load_window_pair(x, tc, c < C ? c : 0, r0, q0, C, H, W, valid, hi, d);
-        transform_loaded<M>(d, v);
-      } else {
-        transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, valid, v);
-      }
-    };
     {   // pass A: channel cw + k, parked in the warp's buffer
       const int c = cw + k;
       float va[AA];
-      window(c, va);
+      transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, va);
 #pragma unroll
       for (int q = 0; q < AA; ++q) buf[q * 32 + lane] = va[q];
     }
     float v[AA];
     if (cw + 16 < c1) {   // pass B: channel cw + 16 + k, kept in registers
-      window(cw + 16 + k, v);
+      const int c = cw + 16 + k;
+      transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v);
     } else {              // no channel of pass B is stored
 #pragma unroll
       for (int q = 0; q < AA; ++q) v[q] = 0.0f;
