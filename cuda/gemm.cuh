@@ -34,6 +34,7 @@ static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 // The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles, each summed on its
 // own as in the mma.sync tile), so that a block meets at its barriers once per 32 k.
 constexpr int WGMMA_BK = 32;
+// -DMW_WGMMA_STAGES=N: a ring of N stages (docs/experiments.md 91 measured 2).
 #ifndef MW_WGMMA_STAGES
 #define MW_WGMMA_STAGES 3
 #endif
@@ -79,9 +80,11 @@ struct GemmSmem {
 // (megawino.gpu.nvrtc.GemmSmemKernel).
 extern "C" __device__ int mw_gemm_smem_bytes = static_cast<int>(sizeof(GemmSmem));
 
-// The transforms' scratch in GemmSmem (their sbuf: alpha^2 floats a thread).
+// The transforms' scratch (their sbuf: alpha^2 floats a thread), which the megakernel's take from
+// GemmSmem.
 constexpr int TRANSFORM_SCRATCH_FLOATS = (MW_M + 2) * (MW_M + 2) * BLOCK_THREADS;
-static_assert(TRANSFORM_SCRATCH_FLOATS * sizeof(float) <= sizeof(GemmSmem), "the transforms' scratch fits");
+static_assert(TRANSFORM_SCRATCH_FLOATS * sizeof(float) <= sizeof(GemmSmem),
+              "the megakernel's transforms keep alpha^2 floats per thread in the GEMM's shared memory");
 // The shared memory a launch needs whose GEMM tiles have k_tiles k tiles of mw_gemm_k_per_tile
 // (c_stride / k per tile, rounded up; entry min(k_tiles, 4) - 1): the 3xTF32 warpgroup-MMA ring
 // touches only the stages its tiles fill, and what a launch does not take is the L1's

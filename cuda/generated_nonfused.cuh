@@ -27,7 +27,7 @@ mw_filter_kernel(const mw::Params* __restrict__ params, const float* w, int firs
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS)
 mw_input_kernel(const mw::Params* __restrict__ params, const float* x, int first_task) {
   using namespace mw;
-  __shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * BLOCK_THREADS];
+  __shared__ __align__(16) float sbuf[TRANSFORM_SCRATCH_FLOATS];
   const Params& p = *params;
   const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
   const int group = rec[REC_GROUP], index = rec[REC_INDEX];

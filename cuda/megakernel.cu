@@ -13,8 +13,6 @@
 #include "scheduler.cuh"
 #include "generated_dispatch.cuh"
 
-static_assert(sizeof(mw::GemmSmem) >= sizeof(float) * (MW_M + 2) * (MW_M + 2) * mw::BLOCK_THREADS,
-              "the megakernel transforms keep alpha^2 floats per thread in the GEMM's shared memory");
 
 extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
 mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float* w, float* y,

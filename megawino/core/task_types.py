@@ -137,8 +137,7 @@ _BUILT_IN = (
                  device_call="input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats)",
                  nonfused_call="input_transform_task<MW_M, MW_NHWC != 0, 2>(p, x, group, index, sbuf)",
                  kernel_array="x",
-                 nonfused_shared="__shared__ __align__(16) float sbuf[(MW_M + 2) * (MW_M + 2) * "
-                                 "BLOCK_THREADS];"),
+                 nonfused_shared="__shared__ __align__(16) float sbuf[TRANSFORM_SCRATCH_FLOATS];"),
     TaskTypeInfo(TaskType.GEMM, "GEMM", "GEMM", "G", "green", gemm.run_task, gemm_work,
                  index_label="j", header="gemm.cuh",
                  device_call="gemm_task(p, smem, group, index)",
