@@ -81,3 +81,12 @@ def test_bad_gemm_math_is_a_value_error_before_any_launch(bad):
         megawino.plan(LayerSpec(1, 8, 8, 8, 8), gemm_math=bad)
     with pytest.raises(ValueError, match="gemm_math"):
         nvrtc.module("megakernel", 4, "NCHW", gemm_math=bad)
+
+
+@pytest.mark.parametrize("c_stride, entry", [(8, 0), (32, 0), (40, 1), (64, 1), (96, 2), (128, 3), (4096, 3)])
+def test_gemm_smem_bytes_picks_the_depth_entry(c_stride, entry, monkeypatch):
+    """A launch takes the module's entry for the GEMM's k tiles: ceil(c_stride / k per tile), the
+    last entry for every depth beyond it (the module's values are faked: nothing is compiled)."""
+    table = {"mw_gemm_smem_bytes_by_k_tiles": [40960, 65536, 90112, 90112], "mw_gemm_k_per_tile": [32]}
+    monkeypatch.setattr(nvrtc, "module_ints", lambda mod, name, count: table[name][:count])
+    assert nvrtc.gemm_smem_bytes(object(), c_stride) == table["mw_gemm_smem_bytes_by_k_tiles"][entry]
