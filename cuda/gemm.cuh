@@ -34,7 +34,7 @@ static_assert(GEMM_BK * GEMM_BN / 4 == BLOCK_THREADS, "one B chunk per thread");
 // The warpgroup-MMA tile's ring: WGMMA_BK k per stage (GEMM_BK-term sub-tiles, each summed on its
 // own as in the mma.sync tile), so that a block meets at its barriers once per 32 k.
 constexpr int WGMMA_BK = 32;
-// -DMW_WGMMA_STAGES=N: a ring of N stages (docs/experiments.md 91 measured 2).
+// -DMW_WGMMA_STAGES=N: a ring of N stages, for A/B builds.
 #ifndef MW_WGMMA_STAGES
 #define MW_WGMMA_STAGES 3
 #endif
@@ -95,13 +95,12 @@ static_assert(TRANSFORM_SCRATCH_FLOATS * sizeof(float) <= sizeof(GemmSmem),
 #endif
 __host__ __device__ constexpr int gemm_smem_bytes_for(int k_tiles) {
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3 && MW_GEMM_SMEM_BY_K_TILES
-  return k_tiles >= WGMMA_STAGES ? static_cast<int>(sizeof(GemmSmem))
-         : static_cast<int>(sizeof(float)) *
-               (WGMMA_SPLIT_FLOATS + k_tiles * WGMMA_STAGE_FLOATS > TRANSFORM_SCRATCH_FLOATS
-                    ? WGMMA_SPLIT_FLOATS + k_tiles * WGMMA_STAGE_FLOATS
-                    : TRANSFORM_SCRATCH_FLOATS);
+  if (k_tiles >= WGMMA_STAGES) return static_cast<int>(sizeof(GemmSmem));
+  const int ring = WGMMA_SPLIT_FLOATS + k_tiles * WGMMA_STAGE_FLOATS;
+  return static_cast<int>(sizeof(float)) * (ring > TRANSFORM_SCRATCH_FLOATS ? ring : TRANSFORM_SCRATCH_FLOATS);
 #else
-  return k_tiles > 0 ? static_cast<int>(sizeof(GemmSmem)) : 0;
+  (void)k_tiles;
+  return static_cast<int>(sizeof(GemmSmem));
 #endif
 }
 #if MW_GEMM_WGMMA

@@ -196,7 +196,7 @@ def gemm_smem_bytes(mod, c_stride: int) -> int:
     """Dynamic shared memory of a launch whose GEMM tiles reduce over ``c_stride`` k (cuda/gemm.cuh
     ``mw_gemm_smem_bytes_by_k_tiles``: a ring of fewer k tiles than stages leaves the rest to the L1)."""
     by_k_tiles = module_ints(mod, "mw_gemm_smem_bytes_by_k_tiles", 4)
-    k_tiles = max(1, -(-int(c_stride) // module_int(mod, "mw_gemm_k_per_tile")))
+    k_tiles = -(-int(c_stride) // module_int(mod, "mw_gemm_k_per_tile"))
     return by_k_tiles[min(k_tiles, len(by_k_tiles)) - 1]
 
 
