@@ -118,6 +118,9 @@ __device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& s
 // Whole block, once, after the loop.  The last block to leave resets the state and writes the
 // launch's status line into ``report`` (pinned host memory the host polls, or null): FIRED last,
 // after a system fence, so the host never reads a half-written line.
+#ifndef MW_EXIT_LEAN
+#define MW_EXIT_LEAN 1
+#endif
 static_assert(STATUS_FLAG == 0 && STATUS_FIRED == STATUS_NEED + 1, "FIRED closes the status line");
 __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* report) {
   int* state = reinterpret_cast<int*>(p.state);
@@ -132,6 +135,26 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* re
   for (long long i = threadIdx.x; i < p.num_counters; i += blockDim.x)
     counters[i * COUNTER_STRIDE] = 0u;
   if (threadIdx.x == 0) {
+#if MW_EXIT_LEAN
+    // Every other block has left, so plain loads and stores serve; a launch that did not fire
+    // writes FIRED alone (its other words are read only when FIRED grows) and needs no fence.
+    int* status = state + STATE_STATUS;
+    const int fired_now = ld_volatile(status + STATUS_FLAG);
+    const int fired_total = ld_volatile(status + STATUS_FIRED) + fired_now;
+    if (fired_now != 0) {
+      status[STATUS_FLAG] = 0;
+      status[STATUS_FIRED] = fired_total;
+    }
+    if (report != nullptr) {
+      volatile int* out = report;
+      if (fired_now != 0) {
+        out[STATUS_FLAG] = fired_now;
+        for (int i = STATUS_FLAG + 1; i < STATUS_FIRED; ++i) out[i] = ld_volatile(status + i);
+        __threadfence_system();
+      }
+      out[STATUS_FIRED] = fired_total;
+    }
+#else
     const int fired_now = atomicExch(state + STATE_STATUS + STATUS_FLAG, 0);
     const int fired_total = atomicAdd(state + STATE_STATUS + STATUS_FIRED, fired_now) + fired_now;
     if (report != nullptr) {
@@ -141,6 +164,7 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* re
       __threadfence_system();
       out[STATUS_FIRED] = fired_total;
     }
+#endif
     state[STATE_HEAD] = 0;
     state[STATE_ABORT] = 0;
     state[STATE_BREAK] = -1;
