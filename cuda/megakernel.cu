@@ -21,6 +21,9 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
   GemmSmem& smem = gemm_smem();
   __shared__ SchedSlot slot;
   __shared__ int s_last;
+#ifndef MW_PARAMS_SHARED
+#define MW_PARAMS_SHARED 1
+#endif
 #if MW_PARAMS_SHARED
   __shared__ Params s_params;
   for (int i = threadIdx.x; i < static_cast<int>(sizeof(Params) / 8); i += blockDim.x)
