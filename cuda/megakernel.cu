@@ -21,31 +21,18 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
   GemmSmem& smem = gemm_smem();
   __shared__ SchedSlot slot;
   __shared__ int s_last;
-#ifndef MW_PARAMS_SHARED
-#define MW_PARAMS_SHARED 1
-#endif
-#if MW_PARAMS_SHARED
-  __shared__ Params s_params;
+  // The tasks read Params from shared memory: each ticket's acquire invalidates the SM's L1, so
+  // global reads of it would go to L2 at every task.
+  __shared__ __align__(128) Params s_params;
   for (int i = threadIdx.x; i < static_cast<int>(sizeof(Params) / 8); i += blockDim.x)
     reinterpret_cast<long long*>(&s_params)[i] = reinterpret_cast<const long long*>(params)[i];
   __syncthreads();
   const Params& p = s_params;
-#else
-  const Params& p = *params;
-#endif
   for (;;) {
     if (threadIdx.x == 0) sched_fetch(p, slot);
     __syncthreads();
     if (slot.ticket < 0) break;
-#ifdef MW_PROBE_TWICE
-    const int runs = 1 + ((MW_PROBE_TWICE >> slot.rec[REC_TYPE]) & 1);
-    for (int r = 0; r < runs; ++r) {
-      if (r > 0) __syncthreads();
-      run_task(p, x, w, y, smem, slot.rec[REC_TYPE], slot.rec[REC_GROUP], slot.rec[REC_INDEX]);
-    }
-#else
     run_task(p, x, w, y, smem, slot.rec[REC_TYPE], slot.rec[REC_GROUP], slot.rec[REC_INDEX]);
-#endif
     __syncthreads();
     if (threadIdx.x == 0) sched_signal(p, slot);
   }

@@ -116,11 +116,9 @@ __device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& s
 }
 
 // Whole block, once, after the loop.  The last block to leave resets the state and writes the
-// launch's status line into ``report`` (pinned host memory the host polls, or null): FIRED last,
-// after a system fence, so the host never reads a half-written line.
-#ifndef MW_EXIT_LEAN
-#define MW_EXIT_LEAN 1
-#endif
+// launch's status into ``report`` (pinned host memory the host polls, or null): a launch that
+// fired writes the whole line, FIRED last after a system fence, so the host never reads a
+// half-written line; one that did not writes FIRED alone.
 static_assert(STATUS_FLAG == 0 && STATUS_FIRED == STATUS_NEED + 1, "FIRED closes the status line");
 __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* report) {
   int* state = reinterpret_cast<int*>(p.state);
@@ -135,7 +133,6 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* re
   for (long long i = threadIdx.x; i < p.num_counters; i += blockDim.x)
     counters[i * COUNTER_STRIDE] = 0u;
   if (threadIdx.x == 0) {
-#if MW_EXIT_LEAN
     // Every other block has left, so plain loads and stores serve; a launch that did not fire
     // writes FIRED alone (its other words are read only when FIRED grows) and needs no fence.
     int* status = state + STATE_STATUS;
@@ -154,17 +151,6 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* re
       }
       out[STATUS_FIRED] = fired_total;
     }
-#else
-    const int fired_now = atomicExch(state + STATE_STATUS + STATUS_FLAG, 0);
-    const int fired_total = atomicAdd(state + STATE_STATUS + STATUS_FIRED, fired_now) + fired_now;
-    if (report != nullptr) {
-      volatile int* out = report;
-      out[STATUS_FLAG] = fired_now;
-      for (int i = STATUS_FLAG + 1; i < STATUS_FIRED; ++i) out[i] = ld_volatile(state + STATE_STATUS + i);
-      __threadfence_system();
-      out[STATUS_FIRED] = fired_total;
-    }
-#endif
     state[STATE_HEAD] = 0;
     state[STATE_ABORT] = 0;
     state[STATE_BREAK] = -1;

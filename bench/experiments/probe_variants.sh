@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # small_layer_probe.py on the default build and on each build of $VARIANTS (';'-separated -D
 # option sets), one after another; each probe's table is printed.
-#   OUT=/tmp/pv VARIANTS="-DMW_PROBE_TWICE=2;-DMW_PARAMS_SHARED=1" bash bench/experiments/probe_variants.sh
+#   OUT=/tmp/pv VARIANTS="-DMW_WGMMA_STAGES=2;-DMW_GEMM_SMEM_BY_K_TILES=0" bash bench/experiments/probe_variants.sh
 set -u
 source "$(dirname "$0")/device_setup.sh" /tmp/probe-variants
 IFS=';' read -ra sets <<< "$VARIANTS"
