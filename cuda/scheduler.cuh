@@ -31,9 +31,6 @@ namespace mw {
 __device__ __forceinline__ int ld_volatile(const int* p) {
   return *reinterpret_cast<const volatile int*>(p);
 }
-__device__ __forceinline__ unsigned ld_volatile_u32(const unsigned* p) {
-  return *reinterpret_cast<const volatile unsigned*>(p);
-}
 
 // Shared-memory slot of one block: the task in hand.
 struct SchedSlot {
@@ -56,23 +53,13 @@ __device__ __forceinline__ void sched_report_timeout(const Params& p, int ticket
   atomicExch(state + STATE_ABORT, 1);
 }
 
-#ifndef MW_WAIT_TOGETHER
-#define MW_WAIT_TOGETHER 1
-#endif
-
-// The value a wait on ``counter`` needs (BREAK raises one counter's need by one, for tests).
-__device__ __forceinline__ unsigned sched_want(const Params& p, int counter, int need) {
-  const int* state = reinterpret_cast<const int*>(p.state);
-  return static_cast<unsigned>(need) + (ld_volatile(state + STATE_BREAK) == counter ? 1u : 0u);
-}
-
 // Thread 0 only: wait until counter >= need.  False: abort (timeout here or elsewhere).
 __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int counter,
                                            int need) {
   if (counter < 0) return true;
   const int* state = reinterpret_cast<const int*>(p.state);
   const unsigned* c = reinterpret_cast<const unsigned*>(p.counters) + counter * COUNTER_STRIDE;
-  unsigned want = sched_want(p, counter, need);
+  unsigned want = static_cast<unsigned>(need) + (ld_volatile(state + STATE_BREAK) == counter ? 1u : 0u);
   unsigned v = ld_acquire_gpu(c);
   if (v >= want) return true;
   const long long t0 = global_timer_ns();
@@ -90,22 +77,6 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
   }
 }
 
-// Thread 0 only: wait for both counters of a record.  The first reads of the two are issued
-// together (relaxed: the caller's fence after the waits is the acquire), so a task with two
-// parents pays one round trip to L2 when both are already met.
-__device__ __forceinline__ bool sched_wait_record(const Params& p, int ticket, const int* rec) {
-#if MW_WAIT_TOGETHER
-  const int ca = rec[REC_WAIT_A], cb = rec[REC_WAIT_B];
-  const unsigned* counters = reinterpret_cast<const unsigned*>(p.counters);
-  const unsigned va = ca >= 0 ? ld_volatile_u32(counters + ca * COUNTER_STRIDE) : 0u;
-  const unsigned vb = cb >= 0 ? ld_volatile_u32(counters + cb * COUNTER_STRIDE) : 0u;
-  if ((ca < 0 || va >= sched_want(p, ca, rec[REC_NEED_A])) && (cb < 0 || vb >= sched_want(p, cb, rec[REC_NEED_B])))
-    return true;
-#endif
-  return sched_wait(p, ticket, rec[REC_WAIT_A], rec[REC_NEED_A]) &&
-         sched_wait(p, ticket, rec[REC_WAIT_B], rec[REC_NEED_B]);
-}
-
 // Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
 // ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
 __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
@@ -120,7 +91,8 @@ __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   const int* rec = reinterpret_cast<const int*>(p.ticket_records) + static_cast<long long>(ticket) * REC_FIELDS;
 #pragma unroll
   for (int i = 0; i < REC_FIELDS; ++i) slot.rec[i] = rec[i];
-  if (!sched_wait_record(p, ticket, slot.rec)) return;
+  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_A], slot.rec[REC_NEED_A])) return;
+  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
   __threadfence();   // acquire side: the parents' data is visible to this block
 #ifdef MW_TRACE
   long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * TRACE_FIELDS;
