@@ -250,16 +250,6 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
       for (int q = 0; q < AA; ++q) v[q] = 0.0f;
     }
     __syncwarp();
-#ifdef MW_PROBE_NO_V_STORES
-    if (p.N >= 0) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int q = 0; q < AA; ++q) sum += v[q] + buf[q * 32 + (lane ^ 16)];
-      if (sum == 12345.0f) buf[lane] = sum;
-      __syncwarp();
-      continue;
-    }
-#endif
     float* const row0 = V + t0 * cs;                       // line (q, t0): channel c0_lane
     float* const row1 = V + (t0 + 1) * cs;                 // line (q, t0 + 1): channel c1_lane
     const int c0_lane = cw + (lane ^ 16), c1_lane = cw + lane;

@@ -36,9 +36,6 @@ __device__ __forceinline__ void output_store_channel(const Params& p, float* y, 
   for (int i = 0; i < M; ++i) {
     const int oy = oy0 + i;
     if (oy >= out_h) continue;
-#ifdef MW_PROBE_NO_Y_STORES
-    if (p.N >= 0) continue;
-#endif
     if (vec_rows) {
       float* row = y + ((static_cast<long long>(tc.n) * K + k) * out_h + oy) * out_w + ox0;
       *reinterpret_cast<float4*>(row) =
