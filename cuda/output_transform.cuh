@@ -18,20 +18,26 @@ static_assert((OUTPUT_LPT & (OUTPUT_LPT - 1)) == 0 && OUTPUT_LPT <= 32, "lane ma
 
 // One output channel of one tile: y = A^T m A, stored with the edge masks (a float4 per row
 // when NCHW rows allow).
+// o = A^T m A of one channel's alpha^2 values: the one output transform of every lane map.
+template <int M>
+__device__ __forceinline__ void output_tile_values(const float* mm, float* o) {
+  constexpr int A = M + 2;
+  float tmp[M * A];
+#pragma unroll
+  for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);       // columns
+#pragma unroll
+  for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
+}
+
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
                                                      const TileCoord& tc, int k) {
-  constexpr int A = M + 2;
   const int K = static_cast<int>(p.K);
   const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
   const bool vec_rows = !NHWC && M == 4 && (out_w % 4) == 0;
   const int oy0 = tc.th * M, ox0 = tc.tw * M;
-  float tmp[M * A];
-#pragma unroll
-  for (int b = 0; b < A; ++b) Wino<M>::template at<A, A>(mm + b, tmp + b);       // columns
   float o[M * M];
-#pragma unroll
-  for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
+  output_tile_values<M>(mm, o);
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     const int oy = oy0 + i;
@@ -134,6 +140,87 @@ __device__ __forceinline__ void output_transform_registers(const Params& p, floa
   });
 }
 
+// NCHW, the megakernel: a warp takes one tile and LANE_CHANNELS channels, one per lane (whole
+// 128-byte lines of M per load), and the 8 warps' outputs of a round (8 consecutive tiles: a
+// task's tile count is a multiple of 16) are staged in sbuf and written out by pixel, so that a
+// warp's stores cover output rows of 8 tiles of one channel instead of 32 channel planes.
+// Staging: channel c at c * STAGE_CHANNEL_PITCH, tile r of the round at r * M * M, its output row i
+// (F(4x4)) at 16-byte chunk i ^ ((r >> 1) & 3), so that both the lanes' float4 stores and the
+// write-out's reads of 8 tiles x 4 columns are free of bank conflicts.
+// -DMW_OUTPUT_STAGED=0: every layout takes output_transform_parked.
+#ifndef MW_OUTPUT_STAGED
+#define MW_OUTPUT_STAGED 1
+#endif
+template <int M>
+__device__ __forceinline__ int staged_offset(int r, int i, int j) {
+  return r * M * M + (M == 4 ? (i ^ ((r >> 1) & 3)) * 4 + j : i * M + j);
+}
+
+template <int M>
+__device__ __forceinline__ void output_transform_staged(const Params& p, float* y, int group, int index,
+                                                        float* sbuf) {
+  constexpr int A = M + 2;
+  constexpr int AA = A * A;
+  constexpr int MM = M * M;
+  constexpr int ROUND_TILES = BLOCK_THREADS / 32;              // one per warp
+  constexpr int ROUND_PIXELS = ROUND_TILES * MM;                // of one channel
+  constexpr int STAGE_CHANNEL_PITCH = ROUND_PIXELS + 4;
+  static_assert(LANE_CHANNELS == 32 && TRANSFORM_MIN_TILES % ROUND_TILES == 0, "rounds of whole warp items");
+  static_assert(BLOCK_THREADS % ROUND_PIXELS == 0 && MM % 4 == 0, "a thread writes one pixel of some channels");
+  static_assert(LANE_CHANNELS * STAGE_CHANNEL_PITCH <= AA * BLOCK_THREADS, "staging fits the transform scratch");
+  const TransformSlice slice = transform_slice(p, group, index, p.output_tiles_per_task);
+  const int per = static_cast<int>(p.output_k_per_task);
+  const int K = static_cast<int>(p.K);
+  const int k0 = slice.chunk * per, k1 = min(K, k0 + per);
+  const int items = slice.tiles * ((k1 - k0 + LANE_CHANNELS - 1) / LANE_CHANNELS);   // warp items
+  const int ks = static_cast<int>(p.k_stride);
+  const long long plane = p.buffer_tiles * p.k_stride;   // M's stride between positions
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf) - ring_shift(p, group) * ks;   // indexed by tile id
+  const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
+  const long long y_plane = static_cast<long long>(out_h) * out_w;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The pixel this thread writes out of every round: output row wi, tile wr, column wj.
+  const int pixel = threadIdx.x % ROUND_PIXELS;
+  const int wi = pixel / (ROUND_TILES * M), wr = (pixel / M) % ROUND_TILES, wj = pixel % M;
+  const float* const staged = sbuf + staged_offset<M>(wr, wi, wj);
+
+  for (int base = 0; base < items; base += ROUND_TILES) {
+    // A round's warp items share their channel chunk and cover ROUND_TILES consecutive tiles.
+    const int kg = base / slice.tiles;
+    const long long t_round = slice.t_base + (base - kg * slice.tiles);
+    const int k_round = k0 + kg * LANE_CHANNELS;
+    {
+      const long long t = t_round + warp;
+      const int k = k_round + lane;
+      if (t < p.tiles && k < k1) {
+        const float* src = Mb + t * ks + k;
+        float mm[AA], out[MM];
+#pragma unroll
+        for (int q = 0; q < AA; ++q) mm[q] = src[q * plane];
+        output_tile_values<M>(mm, out);
+        float* const dst = sbuf + lane * STAGE_CHANNEL_PITCH;
+#pragma unroll
+        for (int i = 0; i < MM / 4; ++i)
+          *reinterpret_cast<float4*>(dst + staged_offset<M>(warp, i * 4 / M, 0)) =
+              make_float4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+      }
+    }
+    __syncthreads();
+    const long long t = t_round + wr;
+    if (t < p.tiles) {
+      const TileCoord tc = tile_coord(p, t);
+      const int oy = tc.th * M + wi, ox = tc.tw * M + wj;
+      if (oy < out_h && ox < out_w) {
+        float* const yp = y + ((static_cast<long long>(tc.n) * K + k_round) * out_h + oy) * out_w + ox;
+        for (int c = static_cast<int>(threadIdx.x) / ROUND_PIXELS; c < LANE_CHANNELS && k_round + c < k1;
+             c += BLOCK_THREADS / ROUND_PIXELS)
+          yp[c * y_plane] = staged[c * STAGE_CHANNEL_PITCH];
+      }
+    }
+    __syncthreads();   // the staging read: the next round may overwrite it
+  }
+}
+
 // The second channel of a lane slot parked in shared memory, so that only one channel's alpha^2
 // values are live in registers (the megakernel, under its 128-register cap).  Slot q of a thread
 // is at byte smem_addr(sbuf) + 4 * (q * BLOCK_THREADS + threadIdx.x): conflict-free, and no
@@ -143,6 +230,10 @@ __device__ __forceinline__ void output_transform_registers(const Params& p, floa
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_parked(const Params& p, float* y, int group, int index,
                                                         float* sbuf) {
+  if constexpr (!NHWC && MW_OUTPUT_STAGED) {
+    output_transform_staged<M>(p, y, group, index, sbuf);
+    return;
+  }
   constexpr int A = M + 2;
   constexpr int AA = A * A;
   const OutputItems o = output_items(p, group, index);
