@@ -147,7 +147,8 @@ __device__ __forceinline__ void output_transform_registers(const Params& p, floa
 // Staging: channel c at c * STAGE_CHANNEL_PITCH, tile r of the round at r * M * M, its output row i
 // (F(4x4)) at 16-byte chunk i ^ ((r >> 1) & 3), so that both the lanes' float4 stores and the
 // write-out's reads of 8 tiles x 4 columns are free of bank conflicts.
-// -DMW_OUTPUT_STAGED=0: every layout takes output_transform_parked.
+// output_transform_parked takes this path where its own stores would be scalars;
+// -DMW_OUTPUT_STAGED=0: never.
 #ifndef MW_OUTPUT_STAGED
 #define MW_OUTPUT_STAGED 1
 #endif
@@ -230,9 +231,13 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_parked(const Params& p, float* y, int group, int index,
                                                         float* sbuf) {
+  // NCHW rows that take no float4 stores (F(2x2), or out_w not a multiple of 4) go through the
+  // staging; float4 rows are stored straight, which the staging's barriers would only slow.
   if constexpr (!NHWC && MW_OUTPUT_STAGED) {
-    output_transform_staged<M>(p, y, group, index, sbuf);
-    return;
+    if (M != 4 || p.out_w % 4 != 0) {
+      output_transform_staged<M>(p, y, group, index, sbuf);
+      return;
+    }
   }
   constexpr int A = M + 2;
   constexpr int AA = A * A;
