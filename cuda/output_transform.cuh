@@ -1,8 +1,9 @@
 // OUTPUT task (group g, index -> tile slice and K chunk, transform_slice): y = A^T M A for the
 // real tiles of the slice, writes masked to out_h x out_w.  Mirrors
-// megawino/core/stages/output_transform.py.  Both lane maps give a thread one tile and OUTPUT_CPT
-// consecutive channels and a warp LANE_CHANNELS channels, so each M load of a warp is whole
-// 128-byte lines; they share output_store_channel, so their bits agree by construction.
+// megawino/core/stages/output_transform.py.  Every lane map gives a warp LANE_CHANNELS channels, so
+// each M load of a warp is whole 128-byte lines: the registers and parked maps a thread one tile
+// and OUTPUT_CPT consecutive channels, the staged map (NCHW rows without float4 stores) one tile
+// and one channel.  All run output_tile_values, so their bits agree by construction.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -16,8 +17,6 @@ constexpr int OUTPUT_CPT = 2;                             // channels per thread
 constexpr int OUTPUT_LPT = LANE_CHANNELS / OUTPUT_CPT;    // lanes per tile
 static_assert((OUTPUT_LPT & (OUTPUT_LPT - 1)) == 0 && OUTPUT_LPT <= 32, "lane map");
 
-// One output channel of one tile: y = A^T m A, stored with the edge masks (a float4 per row
-// when NCHW rows allow).
 // o = A^T m A of one channel's alpha^2 values: the one output transform of every lane map.
 template <int M>
 __device__ __forceinline__ void output_tile_values(const float* mm, float* o) {
@@ -29,6 +28,8 @@ __device__ __forceinline__ void output_tile_values(const float* mm, float* o) {
   for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
 }
 
+// One output channel of one tile: y = A^T m A, stored with the edge masks (a float4 per row
+// when NCHW rows allow).
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
                                                      const TileCoord& tc, int k) {
@@ -180,10 +181,11 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
   const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
   const long long y_plane = static_cast<long long>(out_h) * out_w;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // The pixel this thread writes out of every round: output row wi, tile wr, column wj.
+  // The pixel this thread writes out of every round: output row pixel_row of the round's tile
+  // pixel_tile, column pixel_col.
   const int pixel = threadIdx.x % ROUND_PIXELS;
-  const int wi = pixel / (ROUND_TILES * M), wr = (pixel / M) % ROUND_TILES, wj = pixel % M;
-  const float* const staged = sbuf + staged_offset<M>(wr, wi, wj);
+  const int pixel_row = pixel / (ROUND_TILES * M), pixel_tile = (pixel / M) % ROUND_TILES, pixel_col = pixel % M;
+  const float* const staged = sbuf + staged_offset<M>(pixel_tile, pixel_row, pixel_col);
 
   for (int base = 0; base < items; base += ROUND_TILES) {
     // A round's warp items share their channel chunk and cover ROUND_TILES consecutive tiles.
@@ -207,10 +209,10 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
       }
     }
     __syncthreads();
-    const long long t = t_round + wr;
+    const long long t = t_round + pixel_tile;
     if (t < p.tiles) {
       const TileCoord tc = tile_coord(p, t);
-      const int oy = tc.th * M + wi, ox = tc.tw * M + wj;
+      const int oy = tc.th * M + pixel_row, ox = tc.tw * M + pixel_col;
       if (oy < out_h && ox < out_w) {
         float* const yp = y + ((static_cast<long long>(tc.n) * K + k_round) * out_h + oy) * out_w + ox;
         for (int c = static_cast<int>(threadIdx.x) / ROUND_PIXELS; c < LANE_CHANNELS && k_round + c < k1;
