@@ -29,7 +29,7 @@ SPECS = [LayerSpec(1, 8, 8, 4, 4), LayerSpec(64, 192, 48, 7, 7), LayerSpec(1, 64
 
 def warm_traces(traced, xs, w, out, warmup: int, count: int) -> list[np.ndarray]:
     """``count`` traces of ``traced``, each [tickets][fetch, start, end] ns from the launch's
-    first fetch, taken after ``warmup`` untraced-for-us calls of the same plan."""
+    first fetch, taken after ``warmup`` calls of the same plan whose traces are not kept."""
     import cupy
     found = []
     for i in range(warmup + count):
