@@ -18,7 +18,7 @@ __device__ __forceinline__ void run_task(const Params& p, const float* x, const 
     case TASK_FILTER: filter_transform_task<MW_M>(p, w, index); break;
     case TASK_INPUT: input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats); break;
     case TASK_GEMM: gemm_task(p, smem, group, index); break;
-    case TASK_OUTPUT: output_transform_parked<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats); break;
+    case TASK_OUTPUT: output_transform_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats); break;
     default: __trap();
   }
 }

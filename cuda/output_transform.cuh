@@ -148,7 +148,7 @@ __device__ __forceinline__ void output_transform_registers(const Params& p, floa
 // Staging: channel c at c * STAGE_CHANNEL_PITCH, tile r of the round at r * M * M, its output row i
 // (F(4x4)) at 16-byte chunk i ^ ((r >> 1) & 3), so that both the lanes' float4 stores and the
 // write-out's reads of 8 tiles x 4 columns are free of bank conflicts.
-// output_transform_parked takes this path where its own stores would be scalars;
+// output_transform_task takes this path where the parked path's stores would be scalars;
 // -DMW_OUTPUT_STAGED=0: never.
 #ifndef MW_OUTPUT_STAGED
 #define MW_OUTPUT_STAGED 1
@@ -170,14 +170,9 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
   static_assert(LANE_CHANNELS == 32 && TRANSFORM_MIN_TILES % ROUND_TILES == 0, "rounds of whole warp items");
   static_assert(BLOCK_THREADS % ROUND_PIXELS == 0 && MM % 4 == 0, "a thread writes one pixel of some channels");
   static_assert(LANE_CHANNELS * STAGE_CHANNEL_PITCH <= AA * BLOCK_THREADS, "staging fits the transform scratch");
-  const TransformSlice slice = transform_slice(p, group, index, p.output_tiles_per_task);
-  const int per = static_cast<int>(p.output_k_per_task);
-  const int K = static_cast<int>(p.K);
-  const int k0 = slice.chunk * per, k1 = min(K, k0 + per);
-  const int items = slice.tiles * ((k1 - k0 + LANE_CHANNELS - 1) / LANE_CHANNELS);   // warp items
-  const int ks = static_cast<int>(p.k_stride);
-  const long long plane = p.buffer_tiles * p.k_stride;   // M's stride between positions
-  const float* Mb = reinterpret_cast<const float*>(p.Mbuf) - ring_shift(p, group) * ks;   // indexed by tile id
+  const OutputItems o = output_items(p, group, index);
+  const int items = o.tpg * o.nkg;                                                   // warp items
+  const float* Mb = reinterpret_cast<const float*>(p.Mbuf) - o.row_shift * o.ks;   // indexed by tile id
   const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
   const long long y_plane = static_cast<long long>(out_h) * out_w;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -189,17 +184,17 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
 
   for (int base = 0; base < items; base += ROUND_TILES) {
     // A round's warp items share their channel chunk and cover ROUND_TILES consecutive tiles.
-    const int kg = base / slice.tiles;
-    const long long t_round = slice.t_base + (base - kg * slice.tiles);
-    const int k_round = k0 + kg * LANE_CHANNELS;
+    const int kg = base / o.tpg;
+    const long long t_round = o.t_base + (base - kg * o.tpg);
+    const int k_round = o.k0 + kg * LANE_CHANNELS;
     {
       const long long t = t_round + warp;
       const int k = k_round + lane;
-      if (t < p.tiles && k < k1) {
-        const float* src = Mb + t * ks + k;
+      if (t < p.tiles && k < o.k1) {
+        const float* src = Mb + t * o.ks + k;
         float mm[AA], out[MM];
 #pragma unroll
-        for (int q = 0; q < AA; ++q) mm[q] = src[q * plane];
+        for (int q = 0; q < AA; ++q) mm[q] = src[q * o.plane];
         output_tile_values<M>(mm, out);
         float* const dst = sbuf + lane * STAGE_CHANNEL_PITCH;
 #pragma unroll
@@ -214,8 +209,8 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
       const TileCoord tc = tile_coord(p, t);
       const int oy = tc.th * M + pixel_row, ox = tc.tw * M + pixel_col;
       if (oy < out_h && ox < out_w) {
-        float* const yp = y + ((static_cast<long long>(tc.n) * K + k_round) * out_h + oy) * out_w + ox;
-        for (int c = static_cast<int>(threadIdx.x) / ROUND_PIXELS; c < LANE_CHANNELS && k_round + c < k1;
+        float* const yp = y + ((static_cast<long long>(tc.n) * o.K + k_round) * out_h + oy) * out_w + ox;
+        for (int c = static_cast<int>(threadIdx.x) / ROUND_PIXELS; c < LANE_CHANNELS && k_round + c < o.k1;
              c += BLOCK_THREADS / ROUND_PIXELS)
           yp[c * y_plane] = staged[c * STAGE_CHANNEL_PITCH];
       }
@@ -233,14 +228,6 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_parked(const Params& p, float* y, int group, int index,
                                                         float* sbuf) {
-  // NCHW rows that take no float4 stores (F(2x2), or out_w not a multiple of 4) go through the
-  // staging; float4 rows are stored straight, which the staging's barriers would only slow.
-  if constexpr (!NHWC && MW_OUTPUT_STAGED) {
-    if (M != 4 || p.out_w % 4 != 0) {
-      output_transform_staged<M>(p, y, group, index, sbuf);
-      return;
-    }
-  }
   constexpr int A = M + 2;
   constexpr int AA = A * A;
   const OutputItems o = output_items(p, group, index);
@@ -273,6 +260,21 @@ __device__ __forceinline__ void output_transform_parked(const Params& p, float* 
       output_store_channel<M, NHWC>(p, y, mm, tc, kb + 1);
     }
   });
+}
+
+// The OUTPUT task of the megakernel: NCHW rows that take no float4 stores (F(2x2), or out_w not a
+// multiple of 4) go through the staging; float4 rows and NHWC channels are stored straight, which
+// the staging's barriers would only slow.
+template <int M, bool NHWC>
+__device__ __forceinline__ void output_transform_task(const Params& p, float* y, int group, int index,
+                                                      float* sbuf) {
+  if constexpr (!NHWC && MW_OUTPUT_STAGED) {
+    if (M != 4 || p.out_w % 4 != 0) {
+      output_transform_staged<M>(p, y, group, index, sbuf);
+      return;
+    }
+  }
+  output_transform_parked<M, NHWC>(p, y, group, index, sbuf);
 }
 
 }  // namespace mw

@@ -149,7 +149,7 @@ _BUILT_IN = (
                  nonfused_min_blocks=2),
     TaskTypeInfo(TaskType.OUTPUT, "OUTPUT", "output", "O", "blue", output_transform.run_task, output_work,
                  index_label="chunk", header="output_transform.cuh",
-                 device_call="output_transform_parked<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats)",
+                 device_call="output_transform_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats)",
                  nonfused_call="output_transform_registers<MW_M, MW_NHWC != 0>(p, y, group, index)",
                  kernel_array="y"),
 )
