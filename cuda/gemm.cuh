@@ -581,27 +581,20 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
   const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
   static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
-  // Split: the tensor cores read B as K-major core matrices, whose 16-byte rows are 4 k of one
-  // column; the A fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1
-  // (column t4 + 4), so sub-tile row 4 kc + j is k column kc of core half j & 1 in step j >> 1.
-  // Quad `quad` (lanes i, i + 8, i + 16, i + 24 of a warp: b_t = 0..3) owns columns n0 .. n0 + 3
-  // of phase j.  Thread b_t copies row j + 4 b_t of them (16 bytes; a quarter warp copies 128
-  // bytes of one row), and the quad's 4 copies land in the 64 bytes where the core rows of those
-  // 4 columns lie, copy kc in 16-byte slot kc ^ swap.  Then the thread reads its column (n0 +
-  // column) of the 4 copies and writes its core row there (big part) and at the same offset in
-  // `split` (small part), so only the quad shares data; `swap` and `column` spread a warp's
-  // shared-memory reads and writes over distinct banks.
-  const int quad = (tid >> 5) * 8 + (tid & 7), b_t = (tid >> 3) & 3;
-  const int n0 = 4 * (quad % (GEMM_BN / 4)), j = quad / (GEMM_BN / 4);
-  const int swap = (quad >> 1) & 3, column = (b_t + swap) & 3;
-  const int core_offset = (j >> 1) * SPLIT_STEP + (n0 >> 3) * 64 + (j & 1) * 32 + (n0 & 7) * 4;
-  static_assert(BLOCK_THREADS / 4 == (GEMM_BN / 4) * 4, "a quad per 4 columns and phase");
-  const int b_k = j + 4 * b_t, b_col = n0;
+  // Split: octet `octet` (a quarter warp: u = 0..7) owns columns n0 .. n0 + 7 of phase j, whose
+  // core rows fill 128 bytes.  Thread u copies columns n0 + 4 (u & 1) .. + 3 of row j + 4 (u >> 1)
+  // into 16-byte slot u ^ swap of those 128 bytes; then it reads column n0 + u of the 4 rows and
+  // writes its core row over slot u (big part) and at the same offset in `split` (small part).
+  const int lane_octet = (tid >> 3) & 3, u = tid & 7;
+  const int octet = (tid >> 5) * 4 + lane_octet, swap = 2 * lane_octet;
+  const int n0 = 8 * (octet % (GEMM_BN / 8)), j = octet / (GEMM_BN / 8);
+  const int core_offset = (j >> 1) * SPLIT_STEP + (n0 >> 3) * 64 + (j & 1) * 32;
+  static_assert(BLOCK_THREADS / 8 == (GEMM_BN / 8) * 4, "an octet per 8 columns and phase");
+  const int b_k = j + 4 * (u >> 1), b_col = n0 + 4 * (u & 1);
   const bool b_col_ok = col0 + b_col < col_end;
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  const unsigned b_dst = smem_addr(b_stages + core_offset + 4 * (b_t ^ swap));
-  // The thread's column of copy kc is at split_read ^ 4 kc; its core row at split_write.
-  const int split_read = core_offset + 4 * swap + column;
+  const unsigned b_dst = smem_addr(b_stages + core_offset + 4 * (u ^ swap));
+  const int split_read = core_offset + 4 * swap + u;
   const int b_sub_step = GEMM_BK * k_stride;
   auto load_stage = [&](int kt, int stage) {
     const int k_left = c_stride - kt * WGMMA_BK;   // k from this tile on
@@ -630,12 +623,12 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   };
   auto split_stage = [&](int stage) {
     const float* const stage_b = b_stages + stage * WGMMA_STAGE_FLOATS;
-    const int split_write = (split_read & ~15) + 4 * (split_read & 3);   // core_offset + 4 column
+    const int split_write = (split_read & ~31) + 4 * (split_read & 7);   // core_offset + 4 u
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       unsigned big[4], small[4];
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) split_tf32(stage_b[sub * SPLIT_PART + (split_read ^ (4 * kc))], big[kc], small[kc]);
+      for (int kc = 0; kc < 4; ++kc) split_tf32(stage_b[sub * SPLIT_PART + (split_read ^ (8 * kc))], big[kc], small[kc]);
       if (MW_WGMMA_SPLIT_IN_PLACE) __syncwarp();   // the quad's reads before its writes over them
       *reinterpret_cast<uint4*>(big_part(stage, sub) + split_write) = make_uint4(big[0], big[1], big[2], big[3]);
       *reinterpret_cast<uint4*>(small_part(sub) + split_write) = make_uint4(small[0], small[1], small[2], small[3]);
