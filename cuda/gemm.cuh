@@ -60,12 +60,7 @@ constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-// -DMW_WGMMA_SPLIT_IN_PLACE=0: the big and small parts both in a buffer of their own (16 KB more
-// a block) instead of the big part over the stage's raw B.
-#ifndef MW_WGMMA_SPLIT_IN_PLACE
-#define MW_WGMMA_SPLIT_IN_PLACE 1
-#endif
-constexpr int WGMMA_SPLIT_FLOATS = (MW_WGMMA_SPLIT_IN_PLACE ? 1 : 2) * WGMMA_BK * GEMM_BN;
+constexpr int WGMMA_SPLIT_FLOATS = 2 * WGMMA_BK * GEMM_BN;
 constexpr int WGMMA_STAGE_FLOATS = GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN;
 #endif
 struct GemmSmem {
@@ -108,13 +103,10 @@ __host__ __device__ constexpr int gemm_smem_bytes_for(int k_tiles) {
   return static_cast<int>(sizeof(GemmSmem));
 #endif
 }
-// The ring's k per stage and its depth (the non-fused module's may be deeper than the megakernel's).
 #if MW_GEMM_WGMMA
 extern "C" __device__ int mw_gemm_k_per_tile = WGMMA_BK;
-extern "C" __device__ int mw_gemm_stages = WGMMA_STAGES;
 #else
 extern "C" __device__ int mw_gemm_k_per_tile = GEMM_BK;
-extern "C" __device__ int mw_gemm_stages = GEMM_STAGES;
 #endif
 extern "C" __device__ int mw_gemm_smem_bytes_by_k_tiles[4] = {gemm_smem_bytes_for(1), gemm_smem_bytes_for(2),
                                                              gemm_smem_bytes_for(3), gemm_smem_bytes_for(4)};
@@ -399,14 +391,12 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 // The cp.async ring both tiles run (STAGES deep): stages 0 .. STAGES - 2 in flight first, then
 // per k tile: wait for it, one barrier (stage kt visible to all, the stage the next copy
 // overwrites no longer read), prepare(stage), the copy STAGES - 1 tiles ahead, and
-// multiply(stage, kt).  prepare runs before the copy is issued because a fence in it would wait for
-// that copy.  load_stage(kt, stage) copies k tile kt; the tiles derive what is left of c_stride
-// from kt rather than keep counters (registers the 4-stage ring cannot spare).  The first copies'
-// loop stays rolled for the same reason.
+// multiply(stage).  prepare runs before the copy is issued because a fence in it would wait for
+// that copy.
 template <int STAGES, class LoadStage, class Prepare, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
                                                   Multiply multiply) {
-#pragma unroll 1
+#pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     cp_async_commit();
@@ -419,7 +409,7 @@ __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_st
     const int nk = kt + STAGES - 1;
     if (nk < k_tiles) load_stage(nk, nk % STAGES);
     cp_async_commit();
-    multiply(stage, kt);
+    multiply(stage);
   }
   cp_async_wait<0>();
   __syncthreads();   // shared memory free for the next tile / task
@@ -485,7 +475,7 @@ __device__ __forceinline__ void gemm_tile(GemmSmem& sm, const float* Vp, const f
   };
 
   cp_async_pipeline<GEMM_STAGES>(k_tiles, load_stage, [](int) {},
-                                 [&](int stage, int) { frag.multiply(acc, a_stage(stage), b_stage(stage)); });
+                                 [&](int stage) { frag.multiply(acc, a_stage(stage), b_stage(stage)); });
   frag.template store<ROW_BOUND>(acc, Mp, row0, col0, col_end, k_stride, row_end);
 }
 
@@ -538,9 +528,7 @@ constexpr int SPLIT_SUBTILE = 2 * SPLIT_PART;  // both parts of a sub-tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
 // Shared memory: the split B of a stage, then the stages (A, then B, each; GemmSmem).
-static_assert(SUBTILES * SPLIT_PART * (MW_WGMMA_SPLIT_IN_PLACE ? 1 : 2) == WGMMA_SPLIT_FLOATS &&
-                  A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS && SUBTILES * SPLIT_PART == B_STAGE,
-              "layout");
+static_assert(SUBTILES * SPLIT_SUBTILE == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS, "layout");
 static_assert(GEMM_BK == 16 && WGMMA_BK % GEMM_BK == 0 && BLOCK_THREADS == 4 * GEMM_BN,
               "each thread splits 4 k of one B column per sub-tile");
 // A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
@@ -571,33 +559,23 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   const int warp_col = ((warp >> 2) / WARPGROUPS_M) * WG_N;
 
   // Copies: chunk r of an A stage is row tid / 8 + r * A_ROW_STEP, k 4 (tid % 8) .. + 3 (a
-  // warp copies 4 whole 128-byte rows); B chunk r is k row b_k + 16 r, columns b_col .. + 3 (see
-  // the split below).  The ring asks for k tiles in order 0, 1, 2, ...: the sources advance by
-  // one k tile a call.
+  // warp copies 4 whole 128-byte rows); B chunk r is k row tid / 16 + 16 r, columns
+  // (tid % 16) * 4 .. + 3.  The ring asks for k tiles in order 0, 1, 2, ...: the sources
+  // advance by one k tile a call.
   constexpr int A_ROW_STEP = BLOCK_THREADS / 8;   // rows between a thread's chunks
   const int a_chunk = tid & 7, a_row0 = tid >> 3;
   const float* a_src = Vp + (row0 + a_row0) * c_stride + 4 * a_chunk;
-  const int a_src_step = A_ROW_STEP * c_stride;
+  const long long a_src_step = static_cast<long long>(A_ROW_STEP) * c_stride;
   // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
   const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
   static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
-  // Split: octet `octet` (a quarter warp: u = 0..7) owns columns n0 .. n0 + 7 of phase j, whose
-  // core rows fill 128 bytes.  Thread u copies columns n0 + 4 (u & 1) .. + 3 of row j + 4 (u >> 1)
-  // into 16-byte slot u ^ swap of those 128 bytes; then it reads column n0 + u of the 4 rows and
-  // writes its core row over slot u (big part) and at the same offset in `split` (small part).
-  const int lane_octet = (tid >> 3) & 3, u = tid & 7;
-  const int octet = (tid >> 5) * 4 + lane_octet, swap = 2 * lane_octet;
-  const int n0 = 8 * (octet % (GEMM_BN / 8)), j = octet / (GEMM_BN / 8);
-  const int core_offset = (j >> 1) * SPLIT_STEP + (n0 >> 3) * 64 + (j & 1) * 32;
-  static_assert(BLOCK_THREADS / 8 == (GEMM_BN / 8) * 4, "an octet per 8 columns and phase");
-  const int b_k = j + 4 * (u >> 1), b_col = n0 + 4 * (u & 1);
+  const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
-  const unsigned b_dst = smem_addr(b_stages + core_offset + 4 * (u ^ swap));
-  const int split_read = core_offset + 4 * swap + u;
-  const int b_sub_step = GEMM_BK * k_stride;
-  auto load_stage = [&](int kt, int stage) {
-    const int k_left = c_stride - kt * WGMMA_BK;   // k from this tile on
+  const unsigned b_dst = smem_addr(b_stages + b_k * GEMM_BN + b_col);
+  const long long b_sub_step = static_cast<long long>(GEMM_BK) * k_stride;
+  int k_left = c_stride;   // k from the next copied tile on
+  auto load_stage = [&](int, int stage) {
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
@@ -608,42 +586,36 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
       const bool ok = b_col_ok && k_left > b_k + GEMM_BK * r;
-      cp_async_cg16_shared(b_dst + (stage * WGMMA_STAGE_FLOATS + r * SPLIT_PART) * 4, ok ? b_src + r * b_sub_step : Up,
+      cp_async_cg16_shared(b_dst + (stage * WGMMA_STAGE_FLOATS + r * GEMM_BK * GEMM_BN) * 4, ok ? b_src + r * b_sub_step : Up,
                            ok);
     }
     b_src += SUBTILES * b_sub_step;
+    k_left -= WGMMA_BK;
   };
-  // Where sub-tile sub's big and small parts start: in place, the big parts over the stage's raw B
-  // (the same size) and the small ones in `split`; else both in `split`.
-  auto big_part = [&](int stage, int sub) {
-    return MW_WGMMA_SPLIT_IN_PLACE ? b_stages + stage * WGMMA_STAGE_FLOATS + sub * SPLIT_PART : split + sub * SPLIT_SUBTILE;
-  };
-  auto small_part = [&](int sub) {
-    return MW_WGMMA_SPLIT_IN_PLACE ? split + sub * SPLIT_PART : split + sub * SPLIT_SUBTILE + SPLIT_PART;
-  };
+  // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3, of each sub-tile.  The A
+  // fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4),
+  // so row 4 kc + j is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix
+  // row per part.
+  const int n = tid % GEMM_BN, j = tid / GEMM_BN;
+  float* const split_row = split + (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4;
   auto split_stage = [&](int stage) {
-    const float* const stage_b = b_stages + stage * WGMMA_STAGE_FLOATS;
-    const int split_write = (split_read & ~31) + 4 * (split_read & 7);   // core_offset + 4 u
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
+      const float* raw = b_stages + stage * WGMMA_STAGE_FLOATS + (sub * GEMM_BK + j) * GEMM_BN + n;
       unsigned big[4], small[4];
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) split_tf32(stage_b[sub * SPLIT_PART + (split_read ^ (8 * kc))], big[kc], small[kc]);
-      if (MW_WGMMA_SPLIT_IN_PLACE) __syncwarp();   // the quad's reads before its writes over them
-      *reinterpret_cast<uint4*>(big_part(stage, sub) + split_write) = make_uint4(big[0], big[1], big[2], big[3]);
-      *reinterpret_cast<uint4*>(small_part(sub) + split_write) = make_uint4(small[0], small[1], small[2], small[3]);
+      for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
+      float* const dst = split_row + sub * SPLIT_SUBTILE;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(big[0], big[1], big[2], big[3]);
+      *reinterpret_cast<uint4*>(dst + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
     }
     fence_proxy_async_smem();
   };
-  // The shared-window addresses of k8 step q of sub-tile sub for this warpgroup's columns.
-  auto big_address = [&](int stage, int sub, int q) {
-    return smem_addr(big_part(stage, sub) + (warp_col >> 3) * 64) + q * SPLIT_STEP * 4;
-  };
-  auto small_address = [&](int sub, int q) { return smem_addr(small_part(sub) + (warp_col >> 3) * 64) + q * SPLIT_STEP * 4; };
   auto mma = [](float (&d)[WG_N / 2], const unsigned (&a)[4], unsigned long long b, int accumulate) {
     if constexpr (WG_N == 64) wgmma_tf32_m64n64k8(d, a, b, accumulate);
     else wgmma_tf32_m64n32k8(d, a, b, accumulate);
   };
+  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
 
   const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
   float acc[WG_N / 2];
@@ -671,13 +643,14 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     split_stage(stage);
     split_a();
   };
-  cp_async_pipeline<WGMMA_STAGES>(k_tiles, load_stage, prepare, [&](int stage, int kt) {
+  int k_rest = c_stride;   // k from this stage on
+  cp_async_pipeline<WGMMA_STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
     __syncthreads();   // the split stage complete for the tensor cores
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
       if (sub > 0) {
-        if (c_stride - kt * WGMMA_BK <= sub * GEMM_BK) break;
+        if (k_rest <= sub * GEMM_BK) break;
         read_a(stage, sub);
         split_a();
       }
@@ -685,14 +658,16 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       wgmma_fence();
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        const unsigned long long b_big = wgmma_desc(big_address(stage, sub, q), CORE_K_BYTES, CORE_N_BYTES);
-        const unsigned long long b_small = wgmma_desc(small_address(sub, q), CORE_K_BYTES, CORE_N_BYTES);
+        const unsigned step = split_base + (sub * SPLIT_SUBTILE + q * SPLIT_STEP) * 4;
+        const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
+        const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
         mma(part, a_small[q], b_big, q);
         mma(part, a_big[q], b_small, 1);
         mma(part, a_big[q], b_big, 1);
       }
       add_wgmma_part(acc, part);
     }
+    k_rest -= WGMMA_BK;
   });
   store_wgmma_acc<WG_N, ROW_BOUND>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
 }
@@ -798,7 +773,7 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
   int k_rest = c_stride;   // k from this stage on
   // The tensor cores read the copied stages without a proxy fence (cp.async lands in shared
   // memory for them as for loads; a fence here would also wait for the copies still in flight).
-  cp_async_pipeline<STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage, int) {
+  cp_async_pipeline<STAGES>(k_tiles, load_stage, [](int) {}, [&](int stage) {
     wgmma_fence();
 #pragma unroll 1   // unrolled, the NHWC megakernel spills under the 128-register cap
     for (int sub = 0; sub < SUBTILES; ++sub) {
