@@ -60,7 +60,7 @@ constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-constexpr int WGMMA_SPLIT_FLOATS = WGMMA_BK * GEMM_BN;   // small parts; the big parts over the stage
+constexpr int WGMMA_SPLIT_FLOATS = 2 * WGMMA_BK * GEMM_BN;
 constexpr int WGMMA_STAGE_FLOATS = GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN;
 #endif
 struct GemmSmem {
@@ -396,7 +396,7 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 template <int STAGES, class LoadStage, class Prepare, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
                                                   Multiply multiply) {
-#pragma unroll 1
+#pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     cp_async_commit();
@@ -528,7 +528,7 @@ constexpr int SPLIT_SUBTILE = 2 * SPLIT_PART;  // both parts of a sub-tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
 // Shared memory: the split B of a stage, then the stages (A, then B, each; GemmSmem).
-static_assert(B_STAGE == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS, "layout");
+static_assert(SUBTILES * SPLIT_SUBTILE == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS, "layout");
 static_assert(GEMM_BK == 16 && WGMMA_BK % GEMM_BK == 0 && BLOCK_THREADS == 4 * GEMM_BN,
               "each thread splits 4 k of one B column per sub-tile");
 // A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
@@ -569,18 +569,13 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
   const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
   static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
-  // PROBE (experiment 109): B rows are U^T rows (columns n, 32 stored k a stage = 128 bytes, k
-  // permuted in 16-k groups to the A fragments' pairing) in wgmma's 128-byte swizzle: chunk u of
-  // row n at u ^ (n % 8).  A quarter warp copies one row; each thread splits its own 2 chunks.
-  const int b_u = tid & 7, b_n = tid >> 3;                       // rows b_n and b_n + 32
-  const float* b_src = Up + static_cast<long long>(col0 + b_n) * c_stride + 4 * b_u;
-  const long long b_row_step = 32ll * c_stride;
-  const int b_rows_left = col_end - col0 - b_n;
-  const unsigned b_off = (b_n * 32 + 4 * (b_u ^ (b_n & 7))) * 4;   // bytes; + 32 rows: + 4096
-  const unsigned b_base = smem_addr(b_stages);
-  const unsigned small_base = smem_addr(split);
-  auto load_stage = [&](int kt, int stage) {
-    const int k_left = c_stride - kt * WGMMA_BK;
+  const int b_k = tid >> 4, b_col = (tid & 15) * 4;
+  const bool b_col_ok = col0 + b_col < col_end;
+  const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
+  const unsigned b_dst = smem_addr(b_stages + b_k * GEMM_BN + b_col);
+  const long long b_sub_step = static_cast<long long>(GEMM_BK) * k_stride;
+  int k_left = c_stride;   // k from the next copied tile on
+  auto load_stage = [&](int, int stage) {
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
@@ -589,25 +584,30 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     }
     a_src += WGMMA_BK;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bool ok = k_left > 4 * b_u && 32 * r < b_rows_left;
-      cp_async_cg16_shared(b_base + stage * WGMMA_STAGE_FLOATS * 4 + b_off + r * 4096, ok ? b_src + r * b_row_step : Up, ok);
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const bool ok = b_col_ok && k_left > b_k + GEMM_BK * r;
+      cp_async_cg16_shared(b_dst + (stage * WGMMA_STAGE_FLOATS + r * GEMM_BK * GEMM_BN) * 4, ok ? b_src + r * b_sub_step : Up,
+                           ok);
     }
-    b_src += WGMMA_BK;
+    b_src += SUBTILES * b_sub_step;
+    k_left -= WGMMA_BK;
   };
+  // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3, of each sub-tile.  The A
+  // fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4),
+  // so row 4 kc + j is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix
+  // row per part.
+  const int n = tid % GEMM_BN, j = tid / GEMM_BN;
+  float* const split_row = split + (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4;
   auto split_stage = [&](int stage) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const unsigned at = stage * WGMMA_STAGE_FLOATS * 4 + b_off + r * 4096;
-      float4 raw;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(raw.x), "=f"(raw.y), "=f"(raw.z), "=f"(raw.w) : "r"(b_base + at));
+    for (int sub = 0; sub < SUBTILES; ++sub) {
+      const float* raw = b_stages + stage * WGMMA_STAGE_FLOATS + (sub * GEMM_BK + j) * GEMM_BN + n;
       unsigned big[4], small[4];
-      split_tf32(raw.x, big[0], small[0]);
-      split_tf32(raw.y, big[1], small[1]);
-      split_tf32(raw.z, big[2], small[2]);
-      split_tf32(raw.w, big[3], small[3]);
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" :: "r"(b_base + at), "r"(big[0]), "r"(big[1]), "r"(big[2]), "r"(big[3]) : "memory");
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" :: "r"(small_base + b_off + r * 4096), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) split_tf32(raw[4 * kc * GEMM_BN], big[kc], small[kc]);
+      float* const dst = split_row + sub * SPLIT_SUBTILE;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(big[0], big[1], big[2], big[3]);
+      *reinterpret_cast<uint4*>(dst + SPLIT_PART) = make_uint4(small[0], small[1], small[2], small[3]);
     }
     fence_proxy_async_smem();
   };
@@ -615,9 +615,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     if constexpr (WG_N == 64) wgmma_tf32_m64n64k8(d, a, b, accumulate);
     else wgmma_tf32_m64n32k8(d, a, b, accumulate);
   };
-  auto desc128 = [](unsigned address) {
-    return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-  };
+  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
 
   const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
   float acc[WG_N / 2];
@@ -660,9 +658,9 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       wgmma_fence();
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        const unsigned k_bytes = (2 * sub + q) * 32 + warp_col * 128;
-        const unsigned long long b_big = desc128(b_base + stage * WGMMA_STAGE_FLOATS * 4 + k_bytes);
-        const unsigned long long b_small = desc128(small_base + k_bytes);
+        const unsigned step = split_base + (sub * SPLIT_SUBTILE + q * SPLIT_STEP) * 4;
+        const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
+        const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
         mma(part, a_small[q], b_big, q);
         mma(part, a_big[q], b_small, 1);
         mma(part, a_big[q], b_big, 1);
