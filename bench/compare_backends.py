@@ -362,7 +362,9 @@ class Bench:
         for p in plans:
             p(st["xs"][0], st["w"], check=True)
         sample = min(lay.tiles_padded, 1024)            # rows of position 0 against float64
-        ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), plan.U[0].astype(cp.float64))
+        from megawino.core import abi
+        u0 = abi.filter_matrices(plan.U, getattr(plan, "operand_format", "float32"))[0]
+        ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), u0.astype(cp.float64))
         entry = {"rotation_sets": n, "bytes_per_set": per_set,
                  "rel_err_sample_vs_f64": gpu_rel_l2(plan.M[0, :sample], ref)}
         entry.update(self._time(lambda p: p.launch_stage(TaskType.GEMM), plans))

@@ -3,6 +3,8 @@
 // Mirrors megawino/core/stages/filter_transform.py.  Consecutive threads take
 // consecutive pairs, so the U stores are coalesced.  Split operands (MW_SPLIT_OPERANDS) keep U
 // transposed, [alpha2][k_stride][c_stride] in split BF16 rows: there pair q is k * c_stride + c.
+// The paired format (MW_U_PAIRED) keeps U transposed too, pair q at row k, stored position
+// q - k * c_stride, whose channel is paired_channel of it within its 16.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -18,7 +20,7 @@ __device__ __forceinline__ void filter_transform_task(const Params& p, const flo
   const long long q0 = static_cast<long long>(index) * p.filter_pairs_per_task;
   const long long q1 = min(pairs, q0 + p.filter_pairs_per_task);
   const int C = static_cast<int>(p.C), K = static_cast<int>(p.K);
-#if MW_SPLIT_OPERANDS
+#if MW_SPLIT_OPERANDS || MW_U_PAIRED
   const int c_stride = static_cast<int>(p.c_stride);
 #else
   const int k_stride = static_cast<int>(p.k_stride);
@@ -28,6 +30,10 @@ __device__ __forceinline__ void filter_transform_task(const Params& p, const flo
 #if MW_SPLIT_OPERANDS
     const int k = static_cast<int>(q / c_stride);
     const int c = static_cast<int>(q - static_cast<long long>(k) * c_stride);
+#elif MW_U_PAIRED
+    const int k = static_cast<int>(q / c_stride);
+    const int stored = static_cast<int>(q - static_cast<long long>(k) * c_stride);
+    const int c = (stored & ~15) + paired_channel(stored & 15);
 #else
     const int c = static_cast<int>(q / k_stride);
     const int k = static_cast<int>(q - static_cast<long long>(c) * k_stride);

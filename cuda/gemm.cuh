@@ -25,6 +25,7 @@ constexpr int GEMM_BM = 128;
 constexpr int GEMM_BN = GEMM_TILE_COLS;
 constexpr int GEMM_BK = 16;
 constexpr int GEMM_STAGES = 3;
+constexpr bool U_PAIRED = MW_U_PAIRED;   // for pragmas, which take no macros
 
 static_assert(GEMM_BLOCK_ROWS % 64 == 0, "GEMM tasks come in 64-row chunks");
 static_assert(CHANNEL_ALIGN % 4 == 0 && K_ALIGN % 4 == 0, "16-byte copies need 4-float alignment");
@@ -60,7 +61,9 @@ constexpr int SPLIT_STAGES = MW_SPLIT_STAGES;
 constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16 parts per float
 #endif
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-constexpr int WGMMA_SPLIT_FLOATS = 2 * WGMMA_BK * GEMM_BN;
+// The split B buffer: both parts of a stage, or (MW_U_PAIRED) the small parts only, the big ones
+// going over the stage.
+constexpr int WGMMA_SPLIT_FLOATS = (MW_U_PAIRED ? 1 : 2) * WGMMA_BK * GEMM_BN;
 constexpr int WGMMA_STAGE_FLOATS = GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN;
 #endif
 struct GemmSmem {
@@ -103,15 +106,23 @@ __host__ __device__ constexpr int gemm_smem_bytes_for(int k_tiles) {
   return static_cast<int>(sizeof(GemmSmem));
 #endif
 }
+// The ring's k per stage and its depth (the non-fused module's may be deeper than the megakernel's).
 #if MW_GEMM_WGMMA
 extern "C" __device__ int mw_gemm_k_per_tile = WGMMA_BK;
+extern "C" __device__ int mw_gemm_stages = WGMMA_STAGES;
 #else
 extern "C" __device__ int mw_gemm_k_per_tile = GEMM_BK;
+extern "C" __device__ int mw_gemm_stages = GEMM_STAGES;
 #endif
 extern "C" __device__ int mw_gemm_smem_bytes_by_k_tiles[4] = {gemm_smem_bytes_for(1), gemm_smem_bytes_for(2),
                                                              gemm_smem_bytes_for(3), gemm_smem_bytes_for(4)};
 __device__ __forceinline__ GemmSmem& gemm_smem() {
+#if MW_U_PAIRED
+  // The paired build's swizzled stages start 1024-byte aligned (the 128-byte swizzle's period).
+  extern __shared__ __align__(1024) unsigned char mw_dynamic_smem[];
+#else
   extern __shared__ __align__(128) unsigned char mw_dynamic_smem[];
+#endif
   return *reinterpret_cast<GemmSmem*>(mw_dynamic_smem);
 }
 
@@ -379,6 +390,8 @@ struct FfmaFragments {
 
 // Which arithmetic this build's GEMM runs, for the host to check (megawino.gpu.nvrtc.gemm_uses_wgmma).
 extern "C" __device__ int mw_gemm_wgmma = MW_GEMM_WGMMA;
+// Whether U is in the paired format (megawino.gpu.nvrtc.operand_format).
+extern "C" __device__ int mw_u_paired = MW_U_PAIRED;
 
 #if MW_GEMM_BF16X3
 template <int ROWS> using GemmFragments = Bf16x3Fragments<ROWS>;
@@ -396,7 +409,8 @@ template <int ROWS> using GemmFragments = FfmaFragments<ROWS>;
 template <int STAGES, class LoadStage, class Prepare, class Multiply>
 __device__ __forceinline__ void cp_async_pipeline(int k_tiles, LoadStage load_stage, Prepare prepare,
                                                   Multiply multiply) {
-#pragma unroll
+  // Rolled in the paired build, whose registers its 4-stage ring needs.
+#pragma unroll(U_PAIRED ? 1 : STAGES - 1)
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     cp_async_commit();
@@ -528,7 +542,8 @@ constexpr int SPLIT_SUBTILE = 2 * SPLIT_PART;  // both parts of a sub-tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
 // Shared memory: the split B of a stage, then the stages (A, then B, each; GemmSmem).
-static_assert(SUBTILES * SPLIT_SUBTILE == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS, "layout");
+static_assert((MW_U_PAIRED ? B_STAGE : SUBTILES * SPLIT_SUBTILE) == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS,
+              "layout");
 static_assert(GEMM_BK == 16 && WGMMA_BK % GEMM_BK == 0 && BLOCK_THREADS == 4 * GEMM_BN,
               "each thread splits 4 k of one B column per sub-tile");
 // A rows are WGMMA_BK = 8 chunks of 16 bytes; chunk c of row r sits at c ^ a_swizzle(r), so that
@@ -569,13 +584,29 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
   const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
   static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
+#if !MW_U_PAIRED
   const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
   const unsigned b_dst = smem_addr(b_stages + b_k * GEMM_BN + b_col);
   const long long b_sub_step = static_cast<long long>(GEMM_BK) * k_stride;
-  int k_left = c_stride;   // k from the next copied tile on
-  auto load_stage = [&](int, int stage) {
+#endif
+#if MW_U_PAIRED
+  // B rows are U's rows (columns of the tile, the paired format: 32 stored k a stage, 128 bytes)
+  // in wgmma's 128-byte swizzle, 16-byte chunk u of row n at u ^ (n % 8): thread tid copies chunk
+  // tid % 8 of rows tid / 8 + 32 r (a quarter warp one row), and splits those chunks itself.
+  constexpr int B_ROW_STEP = BLOCK_THREADS / 8;
+  const int b_chunk = tid & 7, b_row = tid >> 3;
+  const float* b_src = Up + static_cast<long long>(col0 + b_row) * c_stride + 4 * b_chunk;
+  const long long b_src_step = static_cast<long long>(B_ROW_STEP) * c_stride;
+  const int b_rows_left = col_end - col0 - b_row;
+  const unsigned b_chunk_offset = (b_row * WGMMA_BK + 4 * (b_chunk ^ (b_row & 7))) * 4;   // bytes in a stage
+  const unsigned b_dst = smem_addr(b_stages) + b_chunk_offset;
+  static_assert(B_ROW_STEP % 8 == 0 && B_ROW_STEP * B_PER_THREAD == GEMM_BN, "one swizzle per thread");
+#endif
+  int k_next = c_stride;   // k from the next copied tile on (the paired build derives it from kt)
+  auto load_stage = [&](int kt, int stage) {
+    const int k_left = U_PAIRED ? c_stride - kt * WGMMA_BK : k_next;
 #pragma unroll
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const bool ok = k_left > 4 * a_chunk && (!ROW_BOUND || row0 + a_row0 + r * A_ROW_STEP < row_end);
@@ -583,6 +614,14 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
                            ok);
     }
     a_src += WGMMA_BK;
+#if MW_U_PAIRED
+#pragma unroll
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const bool ok = k_left > 4 * b_chunk && B_ROW_STEP * r < b_rows_left;
+      cp_async_cg16_shared(b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * 128, ok ? b_src + r * b_src_step : Up, ok);
+    }
+    b_src += WGMMA_BK;
+#else
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
       const bool ok = b_col_ok && k_left > b_k + GEMM_BK * r;
@@ -590,8 +629,35 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
                            ok);
     }
     b_src += SUBTILES * b_sub_step;
-    k_left -= WGMMA_BK;
+#endif
+    k_next -= WGMMA_BK;
   };
+#if MW_U_PAIRED
+  // Split: each thread its own chunks, in place (big) and at the same offset of `split` (small).
+  const unsigned split_small = smem_addr(split) + b_chunk_offset;
+  auto split_stage = [&](int stage) {
+#pragma unroll
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const unsigned at = b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * 128;
+      const float4 raw = ld_shared_f4(at);
+      unsigned big[4], small[4];
+      split_tf32(raw.x, big[0], small[0]);
+      split_tf32(raw.y, big[1], small[1]);
+      split_tf32(raw.z, big[2], small[2]);
+      split_tf32(raw.w, big[3], small[3]);
+      st_shared_u4(at, big[0], big[1], big[2], big[3]);
+      st_shared_u4(split_small + r * B_ROW_STEP * 128, small[0], small[1], small[2], small[3]);
+    }
+    fence_proxy_async_smem();
+  };
+  // k8 step `step` (2 sub + q) of the warpgroup's columns: +32 bytes within the swizzled rows.
+  const unsigned b_big_base = smem_addr(b_stages) + warp_col * WGMMA_BK * 4;
+  const unsigned b_small_base = smem_addr(split) + warp_col * WGMMA_BK * 4;
+  auto b_descs = [&](int stage, int step, unsigned long long& big, unsigned long long& small) {
+    big = wgmma_desc_swizzle128(b_big_base + stage * WGMMA_STAGE_FLOATS * 4 + step * 32);
+    small = wgmma_desc_swizzle128(b_small_base + step * 32);
+  };
+#else
   // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3, of each sub-tile.  The A
   // fragment pairs k 4 t4 + 2 q (column t4 of k8 step q) with k 4 t4 + 2 q + 1 (column t4 + 4),
   // so row 4 kc + j is k column kc of core half j & 1 in step j >> 1: one 16-byte core-matrix
@@ -611,11 +677,17 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     }
     fence_proxy_async_smem();
   };
+  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
+  auto b_descs = [&](int, int step, unsigned long long& big, unsigned long long& small) {
+    const unsigned at = split_base + ((step >> 1) * SPLIT_SUBTILE + (step & 1) * SPLIT_STEP) * 4;
+    big = wgmma_desc(at, CORE_K_BYTES, CORE_N_BYTES);
+    small = wgmma_desc(at + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
+  };
+#endif
   auto mma = [](float (&d)[WG_N / 2], const unsigned (&a)[4], unsigned long long b, int accumulate) {
     if constexpr (WG_N == 64) wgmma_tf32_m64n64k8(d, a, b, accumulate);
     else wgmma_tf32_m64n32k8(d, a, b, accumulate);
   };
-  const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
 
   const int k_tiles = (c_stride + WGMMA_BK - 1) / WGMMA_BK;
   float acc[WG_N / 2];
@@ -658,9 +730,8 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       wgmma_fence();
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        const unsigned step = split_base + (sub * SPLIT_SUBTILE + q * SPLIT_STEP) * 4;
-        const unsigned long long b_big = wgmma_desc(step, CORE_K_BYTES, CORE_N_BYTES);
-        const unsigned long long b_small = wgmma_desc(step + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
+        unsigned long long b_big, b_small;
+        b_descs(stage, 2 * sub + q, b_big, b_small);
         mma(part, a_small[q], b_big, q);
         mma(part, a_big[q], b_small, 1);
         mma(part, a_big[q], b_big, 1);

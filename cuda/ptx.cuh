@@ -169,6 +169,22 @@ __device__ __forceinline__ unsigned long long wgmma_desc_swizzle64(unsigned addr
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) |
          (static_cast<unsigned long long>((row_group_bytes >> 4) & 0x3FFF) << 32) | (2ull << 62);
 }
+// Descriptor of a K-major shared-memory operand in the 128-byte swizzle: rows of 128 bytes, the
+// 16-byte chunk c of row r at c ^ (r % 8) (address bits 4-6 ^= bits 7-9, so the operand starts
+// 1024-byte aligned), 8-row groups 1024 bytes apart; a k offset inside the row is added to the
+// address.
+__device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(unsigned address) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+// 16 bytes from / to a shared-window address.
+__device__ __forceinline__ float4 ld_shared_f4(unsigned address) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address));
+  return v;
+}
+__device__ __forceinline__ void st_shared_u4(unsigned address, unsigned a, unsigned b, unsigned c, unsigned d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
 // d (+)= a (64 x 8, registers, the m16n8k8 A fragment per warp) * b (8 x N, shared memory);
 // accumulate == 0 ignores d's old value.
 // One asm template for both shapes: N columns, the accumulator's N / 2 registers as operands

@@ -1,6 +1,8 @@
 """The split BF16 operand format (megawino.core.abi.split_bf16), which the BF16x3 warpgroup-MMA
-build's transforms write and its GEMM reads: CPU only."""
+build's transforms write and its GEMM reads, and the paired U format of the non-fused 3xTF32
+warpgroup-MMA build: CPU only."""
 import numpy as np
+import pytest
 
 from megawino.core import abi
 
@@ -31,3 +33,23 @@ def test_row_is_hi_parts_then_lo_parts():
     lo = abi.bf16_round(x - abi.bf16_value(hi))
     assert np.array_equal(halves[:16], hi) and np.array_equal(halves[16:], lo)
     assert np.any(lo != 0)
+
+
+def test_paired_filter_matrices_invert_the_paired_format():
+    """abi.filter_matrices reads a "float32_u_paired" U (transposed, each 16 channels of a row in
+    PAIRED_CHANNELS order, as cuda/filter_transform.cuh writes it) back as [alpha2][c][k], and
+    PAIRED_CHANNELS is the A fragments' pairing that cuda/params.cuh paired_channel computes."""
+    rng = np.random.default_rng(3)
+    alpha2, c_stride, k_stride = 4, 32, 12
+    u = rng.standard_normal((alpha2, c_stride, k_stride)).astype(np.float32)
+    paired = np.empty((alpha2, k_stride, c_stride), np.float32)
+    for stored in range(c_stride):
+        c = stored // 16 * 16 + abi.PAIRED_CHANNELS[stored % 16]
+        paired[:, :, stored] = u[:, c, :]
+    assert np.array_equal(abi.filter_matrices(paired.reshape(u.shape), "float32_u_paired"), u)
+    assert abi.filter_matrices(u, "float32") is u
+    # step q's logical k l of a 16-k sub-tile is channel 4 (l % 4) + 2 q + l // 4 (gemm.cuh split_a_step)
+    assert [abi.PAIRED_CHANNELS[8 * q + l] for q in (0, 1) for l in range(8)] == \
+        [4 * (l % 4) + 2 * q + l // 4 for q in (0, 1) for l in range(8)]
+    with pytest.raises(ValueError, match="split_bf16"):
+        abi.filter_matrices(u, "split_bf16")

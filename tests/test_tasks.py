@@ -7,7 +7,7 @@ import pytest
 from megawino.gpu import codegen
 from megawino.core.spec import LayerSpec
 from megawino.core.task_sizes import build_graph, default_params
-from megawino.core.tasks import GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType
+from megawino.core.tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, Layout, TaskParams, TaskType
 
 
 def small_params(**kw):
@@ -31,7 +31,7 @@ def test_counts_match_design():
 
 def test_ragged_sizes_pad():
     lay = Layout(LayerSpec(1, 5, 3, 9, 7), small_params())
-    assert lay.c_stride == 8 and lay.k_stride == 4
+    assert lay.c_stride == CHANNEL_ALIGN and lay.k_stride == 4
     assert lay.tiles == 3 * 2 and lay.tiles_padded == GEMM_BLOCK_ROWS
     assert lay.input_slices(0, 0) == ((0, GEMM_BLOCK_ROWS), (0, 8))
     assert lay.output_slices(0, 0) == ((0, GEMM_BLOCK_ROWS), (0, 3))

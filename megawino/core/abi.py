@@ -17,10 +17,31 @@ import numpy as np
 from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 
 # Operand formats of U and V (``mw::Params::U`` / ``V``): "float32" as PARAM_FIELDS describes
-# them; "split_bf16" (the BF16x3 build on warpgroup MMAs, MW_SPLIT_OPERANDS in cuda/params.cuh)
-# keeps V rows as split_bf16 words and U transposed, [alpha2][k_stride][c_stride], its rows
+# them; "float32_u_paired" (the non-fused module's 3xTF32 build on warpgroup MMAs, MW_U_PAIRED in
+# cuda/params.cuh) keeps U transposed, [alpha2][k_stride][c_stride], each 16 channels of a row in
+# the order the GEMM's A fragments pair them (PAIRED_CHANNELS), so that every 16 bytes of a row
+# are one core-matrix row of the tensor cores' B operand; "split_bf16" (the BF16x3 build on
+# warpgroup MMAs, MW_SPLIT_OPERANDS) keeps V rows as split_bf16 words and U transposed, its rows
 # likewise, so that both GEMM operands are K-major BF16 the tensor cores read from shared memory.
-OPERAND_FORMATS = ("float32", "split_bf16")
+OPERAND_FORMATS = ("float32", "float32_u_paired", "split_bf16")
+# Stored position i of each 16 channels of a "float32_u_paired" U row holds channel
+# PAIRED_CHANNELS[i] of them: position 8 q + l is the k8 step q's logical k l, which the A
+# fragment (cuda/gemm.cuh split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
+PAIRED_CHANNELS = tuple(4 * (i % 4) + 2 * (i // 8) + (i // 4) % 2 for i in range(16))
+
+
+def filter_matrices(u, operand_format: str):
+    """U (a NumPy or CuPy array, ``Layout.u_shape``) as [alpha2][c_stride][k_stride] float32
+    matrices: a view of "float32" U, a copy of "float32_u_paired" U in channel order (ValueError
+    for "split_bf16": see unsplit_bf16)."""
+    if operand_format == "float32":
+        return u
+    if operand_format != "float32_u_paired":
+        raise ValueError(f"no float32 filter matrices in operand format {operand_format!r}")
+    alpha2, c_stride, k_stride = u.shape
+    rows = u.reshape(alpha2, k_stride, c_stride // 16, 16)
+    order = [PAIRED_CHANNELS.index(c) for c in range(16)]   # position of each channel
+    return rows[..., order].reshape(alpha2, k_stride, c_stride).transpose(0, 2, 1)
 
 
 def bf16_round(values: np.ndarray) -> np.ndarray:

@@ -206,9 +206,11 @@ def gemm_uses_wgmma(mod) -> bool:
 
 
 def operand_format(mod) -> str:
-    """How a compiled Winograd module keeps U and V (``mw_split_operands``): one of
+    """How a compiled Winograd module keeps U and V (``mw_split_operands``, ``mw_u_paired``): one of
     megawino.core.abi.OPERAND_FORMATS."""
-    return "split_bf16" if module_int(mod, "mw_split_operands") else "float32"
+    if module_int(mod, "mw_split_operands"):
+        return "split_bf16"
+    return "float32_u_paired" if module_int(mod, "mw_u_paired") else "float32"
 
 
 class GemmSmemKernel:
