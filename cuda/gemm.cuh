@@ -8,7 +8,8 @@
 // 128 columns), 256 threads, a cp.async
 // ring of 16-byte copies (L1 bypassed: .cg; cp_async_pipeline; GEMM_STAGES of BK = 16, or
 // WGMMA_STAGES of WGMMA_BK = 32 for the wgmma tile), V rows (C contiguous) as A, U rows (K
-// contiguous) as B.  gemm_tile multiplies with mma.sync or
+// contiguous; C contiguous where U is in the paired format, MW_U_PAIRED) as B.  gemm_tile
+// multiplies with mma.sync or
 // FFMA (the fragment types Tf32x3Fragments, FfmaFragments); gemm_tile_wgmma multiplies 3xTF32 on
 // warpgroup MMAs where the build targets sm_90a (MW_GEMM_WGMMA).  Every output element is one
 // fixed reduction over k = 0 .. c_stride-1: no split-K, no atomics, the same bits for every
@@ -528,7 +529,8 @@ __device__ __forceinline__ void add_wgmma_part(float (&acc)[N], float (&part)[N]
 // tile (m64n64k8) or 32-column halves of a 64 x 64 tile (m64n32k8).  A (V rows) comes through
 // the cp.async ring and goes into registers, read and split as in Tf32x3Fragments; the tensor
 // cores read B from shared memory as the big and small parts of wgmma's unswizzled K-major core
-// matrices, split once per block and stage.  Products and their order per element are those of
+// matrices, split once per block and stage, or (U in the paired format, MW_U_PAIRED) of B rows
+// in the 128-byte swizzle, which each thread splits in place from its own copies.  Products and their order per element are those of
 // Tf32x3Fragments: each 16-term sub-tile is summed from zero on the tensor cores, then added to
 // the fp32 accumulator with one round-to-nearest FADD (which makes the results bitwise those of
 // the mma.sync build).
@@ -584,25 +586,26 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
   const unsigned a_dst = smem_addr(a_stages + a_row0 * WGMMA_BK + 4 * (a_chunk ^ a_swizzle(a_row0)));
   static_assert(A_ROW_STEP % 2 == 0, "one swizzle per thread");
-#if !MW_U_PAIRED
+#if MW_U_PAIRED
+  // B rows are U's rows (the tile's columns; the paired format: a stage is 32 stored k, 128
+  // bytes) in wgmma's 128-byte swizzle, 16-byte chunk u of row n at u ^ (n % 8): thread tid
+  // copies chunk tid % 8 of rows tid / 8 + B_ROW_STEP r (a quarter warp one whole row, as the
+  // copies of the A rows) and splits those chunks itself.
+  constexpr int B_ROW_STEP = BLOCK_THREADS / 8;
+  constexpr unsigned B_ROW_BYTES = WGMMA_BK * 4;
+  const int b_chunk = tid & 7, b_row = tid >> 3;
+  const float* b_src = Up + static_cast<long long>(col0 + b_row) * c_stride + 4 * b_chunk;
+  const long long b_src_step = static_cast<long long>(B_ROW_STEP) * c_stride;
+  const int b_rows_left = col_end - col0 - b_row;
+  const unsigned b_chunk_offset = b_row * B_ROW_BYTES + 16 * (b_chunk ^ (b_row & 7));   // in a stage
+  const unsigned b_dst = smem_addr(b_stages) + b_chunk_offset;
+  static_assert(B_ROW_STEP % 8 == 0 && B_ROW_STEP * B_PER_THREAD == GEMM_BN, "one swizzle per thread");
+#else
   const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
   const float* b_src = Up + static_cast<long long>(b_k) * k_stride + col0 + b_col;
   const unsigned b_dst = smem_addr(b_stages + b_k * GEMM_BN + b_col);
   const long long b_sub_step = static_cast<long long>(GEMM_BK) * k_stride;
-#endif
-#if MW_U_PAIRED
-  // B rows are U's rows (columns of the tile, the paired format: 32 stored k a stage, 128 bytes)
-  // in wgmma's 128-byte swizzle, 16-byte chunk u of row n at u ^ (n % 8): thread tid copies chunk
-  // tid % 8 of rows tid / 8 + 32 r (a quarter warp one row), and splits those chunks itself.
-  constexpr int B_ROW_STEP = BLOCK_THREADS / 8;
-  const int b_chunk = tid & 7, b_row = tid >> 3;
-  const float* b_src = Up + static_cast<long long>(col0 + b_row) * c_stride + 4 * b_chunk;
-  const long long b_src_step = static_cast<long long>(B_ROW_STEP) * c_stride;
-  const int b_rows_left = col_end - col0 - b_row;
-  const unsigned b_chunk_offset = (b_row * WGMMA_BK + 4 * (b_chunk ^ (b_row & 7))) * 4;   // bytes in a stage
-  const unsigned b_dst = smem_addr(b_stages) + b_chunk_offset;
-  static_assert(B_ROW_STEP % 8 == 0 && B_ROW_STEP * B_PER_THREAD == GEMM_BN, "one swizzle per thread");
 #endif
   int k_next = c_stride;   // k from the next copied tile on (the paired build derives it from kt)
   auto load_stage = [&](int kt, int stage) {
@@ -618,7 +621,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
       const bool ok = k_left > 4 * b_chunk && B_ROW_STEP * r < b_rows_left;
-      cp_async_cg16_shared(b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * 128, ok ? b_src + r * b_src_step : Up, ok);
+      cp_async_cg16_shared(b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * B_ROW_BYTES, ok ? b_src + r * b_src_step : Up, ok);
     }
     b_src += WGMMA_BK;
 #else
@@ -638,7 +641,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   auto split_stage = [&](int stage) {
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
-      const unsigned at = b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * 128;
+      const unsigned at = b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * B_ROW_BYTES;
       const float4 raw = ld_shared_f4(at);
       unsigned big[4], small[4];
       split_tf32(raw.x, big[0], small[0]);
@@ -646,13 +649,13 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       split_tf32(raw.z, big[2], small[2]);
       split_tf32(raw.w, big[3], small[3]);
       st_shared_u4(at, big[0], big[1], big[2], big[3]);
-      st_shared_u4(split_small + r * B_ROW_STEP * 128, small[0], small[1], small[2], small[3]);
+      st_shared_u4(split_small + r * B_ROW_STEP * B_ROW_BYTES, small[0], small[1], small[2], small[3]);
     }
     fence_proxy_async_smem();
   };
   // k8 step `step` (2 sub + q) of the warpgroup's columns: +32 bytes within the swizzled rows.
-  const unsigned b_big_base = smem_addr(b_stages) + warp_col * WGMMA_BK * 4;
-  const unsigned b_small_base = smem_addr(split) + warp_col * WGMMA_BK * 4;
+  const unsigned b_big_base = smem_addr(b_stages) + warp_col * B_ROW_BYTES;
+  const unsigned b_small_base = smem_addr(split) + warp_col * B_ROW_BYTES;
   auto b_descs = [&](int stage, int step, unsigned long long& big, unsigned long long& small) {
     big = wgmma_desc_swizzle128(b_big_base + stage * WGMMA_STAGE_FLOATS * 4 + step * 32);
     small = wgmma_desc_swizzle128(b_small_base + step * 32);

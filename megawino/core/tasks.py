@@ -46,7 +46,7 @@ TASK_RECORD_DTYPE = np.dtype([(name, np.int32) for name in TASK_RECORD_FIELDS])
 NO_COUNTER = -1
 
 # Alignment of the buffer strides (the CUDA GEMM reads 16-byte vectors).
-CHANNEL_ALIGN = 16       # channels of U and V are padded (with zeros) to a multiple of this
+CHANNEL_ALIGN = 16       # channels of U and V are padded (with zeros) to a multiple of this (abi's paired U keeps 16-channel groups)
 K_ALIGN = 4              # output channels of U and M are padded to a multiple of this
 GEMM_BLOCK_ROWS = 64     # tiles_per_group must be a multiple of the GEMM block tile rows
 GEMM_TILE_COLS = 64      # columns of one GEMM block tile (the pointwise path's grid is planned in them)
