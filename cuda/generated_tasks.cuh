@@ -19,6 +19,9 @@ constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int GEMM_TILE_COLS = 64;
 constexpr int COUNTER_STRIDE = 32;
+// abi.PAIRED_CHANNELS, 4 bits an entry: the channel at stored position i of 16 in a paired U row.
+constexpr unsigned long long PAIRED_CHANNELS_PACKED = 0xfb73ea62d951c840ull;
+__host__ __device__ constexpr int paired_channel(int i) { return static_cast<int>((PAIRED_CHANNELS_PACKED >> (4 * i)) & 15); }
 
 
 // One task record (megawino/core/tasks.py TASK_RECORD_DTYPE); -1 in wait_* / signal: none.

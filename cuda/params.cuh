@@ -42,7 +42,7 @@
 #define MW_SPLIT_OPERANDS (MW_GEMM_BF16X3 && MW_GEMM_WGMMA)
 // A module built with MW_U_PAIRED_BUILD=1 (nonfused.cu) keeps U in the "float32_u_paired" format
 // (megawino.core.abi) where its GEMM is 3xTF32 on warpgroup MMAs: transposed, each 16 channels of
-// a row in the A fragments' pairing order (paired_channel), so that its GEMM copies B rows whole
+// a row in the A fragments' pairing order (paired_channel, generated), so that its GEMM copies B rows whole
 // and each thread splits its own 16-byte chunks (cuda/gemm.cuh).
 #ifndef MW_U_PAIRED_BUILD
 #define MW_U_PAIRED_BUILD 0
@@ -50,8 +50,6 @@
 #define MW_U_PAIRED (MW_U_PAIRED_BUILD && MW_GEMM_WGMMA && MW_GEMM_TF32X3)
 
 namespace mw {
-// The channel at stored position i of 16 in a "float32_u_paired" U row (abi.PAIRED_CHANNELS).
-__host__ __device__ constexpr int paired_channel(int i) { return 4 * (i & 3) + 2 * (i >> 3) + ((i >> 2) & 1); }
 // Tile id minus row of V and M for the tiles of ``group``: the buffers hold buffer_groups groups,
 // group g in slot g mod buffer_groups (megawino.core.tasks.Layout.ring_shift).
 __device__ __forceinline__ long long ring_shift(const Params& p, int group) {

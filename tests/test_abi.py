@@ -38,7 +38,7 @@ def test_row_is_hi_parts_then_lo_parts():
 def test_paired_filter_matrices_invert_the_paired_format():
     """abi.filter_matrices reads a "float32_u_paired" U (transposed, each 16 channels of a row in
     PAIRED_CHANNELS order, as cuda/filter_transform.cuh writes it) back as [alpha2][c][k], and
-    PAIRED_CHANNELS is the A fragments' pairing that cuda/params.cuh paired_channel computes."""
+    PAIRED_CHANNELS is the A fragments' pairing (generated into cuda/generated_tasks.cuh)."""
     rng = np.random.default_rng(3)
     alpha2, c_stride, k_stride = 4, 32, 12
     u = rng.standard_normal((alpha2, c_stride, k_stride)).astype(np.float32)
@@ -53,3 +53,10 @@ def test_paired_filter_matrices_invert_the_paired_format():
         [4 * (l % 4) + 2 * q + l // 4 for q in (0, 1) for l in range(8)]
     with pytest.raises(ValueError, match="split_bf16"):
         abi.filter_matrices(u, "split_bf16")
+
+
+def test_paired_channels_are_generated_into_the_cuda_header():
+    from megawino.core.resources import cuda_dir
+    text = (cuda_dir() / "generated_tasks.cuh").read_text()
+    packed = int(text.split("PAIRED_CHANNELS_PACKED = ")[1].split("ull")[0], 16)
+    assert [(packed >> (4 * i)) & 15 for i in range(16)] == list(abi.PAIRED_CHANNELS)

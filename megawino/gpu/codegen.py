@@ -48,6 +48,9 @@ def header_text() -> str:
         f"constexpr int GEMM_BLOCK_ROWS = {tasks.GEMM_BLOCK_ROWS};",
         f"constexpr int GEMM_TILE_COLS = {tasks.GEMM_TILE_COLS};",
         f"constexpr int COUNTER_STRIDE = {tasks.COUNTER_STRIDE};",
+        "// abi.PAIRED_CHANNELS, 4 bits an entry: the channel at stored position i of 16 in a paired U row.",
+        f"constexpr unsigned long long PAIRED_CHANNELS_PACKED = 0x{_packed_nibbles(abi.PAIRED_CHANNELS):016x}ull;",
+        "__host__ __device__ constexpr int paired_channel(int i) { return static_cast<int>((PAIRED_CHANNELS_PACKED >> (4 * i)) & 15); }",
         "",
         "",
     ]
@@ -55,6 +58,13 @@ def header_text() -> str:
     lines += winograd_lines()
     lines += ["}  // namespace mw", ""]
     return "\n".join(lines)
+
+
+def _packed_nibbles(values) -> int:
+    """Values 0..15 as the 4-bit fields of one integer, entry i at bits 4 i .. 4 i + 3."""
+    if not all(0 <= v < 16 for v in values) or len(values) > 16:
+        raise ValueError(f"{values} do not fit 4-bit fields of 64 bits")
+    return sum(v << (4 * i) for i, v in enumerate(values))
 
 
 def _float_literal(value) -> str:
