@@ -23,8 +23,9 @@ from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_libr
                     free_gpu_memory, git_commit, gpu_rel_l2, rotation_sets, set_fp32_precision,
                     short_error, time_cuda_stats)
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
+from megawino.core import abi  # noqa: E402
 from megawino.core.task_sizes import default_params  # noqa: E402
-from megawino.core.tasks import Layout  # noqa: E402
+from megawino.core.tasks import Layout, TaskType  # noqa: E402
 
 # TF32 products carry about 1e-3 relative error: above this a TF32 output is wrong, not rounded.
 TF32_TOLERANCE = 1e-2
@@ -353,7 +354,6 @@ class Bench:
         launch = getattr(plan, "launch_stage", None)
         if launch is None:
             raise NotAvailable("the non-fused plan exposes no launch_stage")
-        from megawino.core.tasks import TaskType
         lay = plan.task_layout
         per_set = 4 * (lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride)
                                      + lay.c_stride * lay.k_stride))
@@ -362,8 +362,7 @@ class Bench:
         for p in plans:
             p(st["xs"][0], st["w"], check=True)
         sample = min(lay.tiles_padded, 1024)            # rows of position 0 against float64
-        from megawino.core import abi
-        u0 = abi.filter_matrices(plan.U, getattr(plan, "operand_format", "float32"))[0]
+        u0 = abi.filter_matrices(plan.U, plan.operand_format)[0]     # U in channel order, whatever its format
         ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), u0.astype(cp.float64))
         entry = {"rotation_sets": n, "bytes_per_set": per_set,
                  "rel_err_sample_vs_f64": gpu_rel_l2(plan.M[0, :sample], ref)}

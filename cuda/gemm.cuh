@@ -600,6 +600,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   const unsigned b_chunk_offset = b_row * B_ROW_BYTES + 16 * (b_chunk ^ (b_row & 7));   // in a stage
   const unsigned b_dst = smem_addr(b_stages) + b_chunk_offset;
   static_assert(B_ROW_STEP % 8 == 0 && B_ROW_STEP * B_PER_THREAD == GEMM_BN, "one swizzle per thread");
+  auto b_chunk_at = [&](int stage, int r) { return b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * B_ROW_BYTES; };
 #else
   const int b_k = tid >> 4, b_col = (tid & 15) * 4;
   const bool b_col_ok = col0 + b_col < col_end;
@@ -621,7 +622,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
       const bool ok = k_left > 4 * b_chunk && B_ROW_STEP * r < b_rows_left;
-      cp_async_cg16_shared(b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * B_ROW_BYTES, ok ? b_src + r * b_src_step : Up, ok);
+      cp_async_cg16_shared(b_chunk_at(stage, r), ok ? b_src + r * b_src_step : Up, ok);
     }
     b_src += WGMMA_BK;
 #else
@@ -641,15 +642,15 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   auto split_stage = [&](int stage) {
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
-      const unsigned at = b_dst + stage * WGMMA_STAGE_FLOATS * 4 + r * B_ROW_STEP * B_ROW_BYTES;
-      const float4 raw = ld_shared_f4(at);
+      const unsigned at = b_chunk_at(stage, r);
+      const float4 raw = lds_f32x4(at);
       unsigned big[4], small[4];
       split_tf32(raw.x, big[0], small[0]);
       split_tf32(raw.y, big[1], small[1]);
       split_tf32(raw.z, big[2], small[2]);
       split_tf32(raw.w, big[3], small[3]);
-      st_shared_u4(at, big[0], big[1], big[2], big[3]);
-      st_shared_u4(split_small + r * B_ROW_STEP * B_ROW_BYTES, small[0], small[1], small[2], small[3]);
+      sts_u32x4(at, big[0], big[1], big[2], big[3]);
+      sts_u32x4(split_small + r * B_ROW_STEP * B_ROW_BYTES, small[0], small[1], small[2], small[3]);
     }
     fence_proxy_async_smem();
   };

@@ -108,6 +108,15 @@ __device__ __forceinline__ float lds_f32(unsigned a) {
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
   return v;
 }
+// The same for 16 bytes at a shared-window address.
+__device__ __forceinline__ float4 lds_f32x4(unsigned a) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts_u32x4(unsigned a, unsigned x, unsigned y, unsigned z, unsigned w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
 
 // Hides four values from the optimizer, so that arithmetic on them is not hoisted out of a loop
 // (where it would hold registers across the loop body).
@@ -175,15 +184,6 @@ __device__ __forceinline__ unsigned long long wgmma_desc_swizzle64(unsigned addr
 // address.
 __device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(unsigned address) {
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-// 16 bytes from / to a shared-window address.
-__device__ __forceinline__ float4 ld_shared_f4(unsigned address) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address));
-  return v;
-}
-__device__ __forceinline__ void st_shared_u4(unsigned address, unsigned a, unsigned b, unsigned c, unsigned d) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 // d (+)= a (64 x 8, registers, the m16n8k8 A fragment per warp) * b (8 x N, shared memory);
 // accumulate == 0 ignores d's old value.

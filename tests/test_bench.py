@@ -572,6 +572,7 @@ def _fake_runtime(wrap, broken=False):
             self.U = wrap(rng.standard_normal(self.task_layout.u_shape, dtype=np.float32))
             self.V = wrap(rng.standard_normal(self.task_layout.v_shape, dtype=np.float32))
             self.M = wrap(np.full(self.task_layout.m_shape, np.nan, np.float32))
+            self.operand_format = "float32"
             self.blocks_per_sm, self.grid, self.checks = 2, 8, 0
 
         def __call__(self, x, w, out=None, check=True):

@@ -28,6 +28,7 @@ OPERAND_FORMATS = ("float32", "float32_u_paired", "split_bf16")
 # PAIRED_CHANNELS[i] of them: position 8 q + l is the k8 step q's logical k l, which the A
 # fragment (cuda/gemm.cuh split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
 PAIRED_CHANNELS = tuple(4 * (i % 4) + 2 * (i // 8) + (i // 4) % 2 for i in range(16))
+_PAIRED_POSITIONS = [PAIRED_CHANNELS.index(c) for c in range(16)]   # the stored position of each channel
 
 
 def filter_matrices(u, operand_format: str):
@@ -40,8 +41,7 @@ def filter_matrices(u, operand_format: str):
         raise ValueError(f"no float32 filter matrices in operand format {operand_format!r}")
     alpha2, c_stride, k_stride = u.shape
     rows = u.reshape(alpha2, k_stride, c_stride // 16, 16)
-    order = [PAIRED_CHANNELS.index(c) for c in range(16)]   # position of each channel
-    return rows[..., order].reshape(alpha2, k_stride, c_stride).transpose(0, 2, 1)
+    return rows[..., _PAIRED_POSITIONS].reshape(alpha2, k_stride, c_stride).transpose(0, 2, 1)
 
 
 def bf16_round(values: np.ndarray) -> np.ndarray:
