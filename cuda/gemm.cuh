@@ -877,66 +877,39 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
 }
 #endif  // MW_SPLIT_OPERANDS
 
-// A GEMM task's operands: position pos's V, U and M, the group's first row of V and M, and the
-// task's K block [k0, k1).
-struct GemmOperands {
-  const float* Vp;
-  const float* Up;
-  float* Mp;
-  long long row0;
-  int k0, k1, tiles, c_stride, k_stride;
-};
-__device__ __forceinline__ GemmOperands gemm_operands(const Params& p, int group, int index) {
-  const int kb = index % static_cast<int>(p.k_blocks);
-  const int pos = index / static_cast<int>(p.k_blocks);
-  GemmOperands o;
-  o.c_stride = static_cast<int>(p.c_stride);
-  o.k_stride = static_cast<int>(p.k_stride);
-  o.k0 = kb * static_cast<int>(p.gemm_k_per_task);
-  o.k1 = min(o.k_stride, o.k0 + static_cast<int>(p.gemm_k_per_task));
-  o.tiles = static_cast<int>(p.tiles_per_group);
-  o.row0 = ring_first_row(p, group);
-  o.Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * o.c_stride;
-  o.Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * o.c_stride * o.k_stride;
-  o.Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * o.k_stride;
-  return o;
-}
-
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
+  const int kb = index % static_cast<int>(p.k_blocks);
+  const int k0 = kb * static_cast<int>(p.gemm_k_per_task);
+  const int k1 = min(static_cast<int>(p.k_stride), k0 + static_cast<int>(p.gemm_k_per_task));
+  const int pos = index / static_cast<int>(p.k_blocks);
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const long long t0 = static_cast<long long>(group) * tpg - ring_shift(p, group);   // first row of V and M
+  const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
+  const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
+  const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
+  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
 #if MW_SPLIT_OPERANDS
-  const GemmOperands o = gemm_operands(p, group, index);
-  const int tpg = o.tiles, k1 = o.k1;
   // 128-column tiles while more than 64 columns are left.
-  for (int col = o.k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
+  for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;
     if (k1 - col > GEMM_BN) {
       for (; r + 128 <= tpg; r += 128)
-        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
-      for (; r < tpg; r += 64)
-        gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
+        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     } else {
-      for (; r + 128 <= tpg; r += 128)
-        gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
-      for (; r < tpg; r += 64)
-        gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
+      for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     }
   }
 #else
-  // Tiles column-major, 128 rows while 128 are left, then 64.  Only the tile counter lives
-  // through a tile: the operands are read again from p after it, which leaves the 3xTF32 tile
-  // the registers it needs under the megakernel's cap of 128.
-  for (int tile = 0;; ++tile) {
-    const GemmOperands o = gemm_operands(p, group, index);
-    const int row_tiles = (o.tiles + 127) / 128;
-    const int col = o.k0 + (tile / row_tiles) * GEMM_BN;
-    if (col >= o.k1) break;
-    const int r = (tile % row_tiles) * 128;
+  for (int col = k0; col < k1; col += GEMM_BN) {
+    int r = 0;
 #if MW_GEMM_WGMMA
-    if (r + 128 <= o.tiles) gemm_tile_wgmma<128>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
-    else gemm_tile_wgmma<64>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #else
-    if (r + 128 <= o.tiles) gemm_tile<128>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
-    else gemm_tile<64>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
+    for (; r + 128 <= tpg; r += 128) gemm_tile<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #endif
   }
 #endif  // MW_SPLIT_OPERANDS
