@@ -102,6 +102,74 @@ def test_confirm_alternates_and_takes_medians():
         confirm(measure, ["winner"], rounds=0)
 
 
+
+def test_confirmation_configs_names_each_config_once():
+    from megawino.tuning.search import confirmation_configs
+    default, seq = (TaskParams(), MappingParams(5, 6, 1)), (TaskParams(), "sequential")
+    winner, incumbent = (TaskParams(tiles_per_group=64), MappingParams(5, 6, 1)), (TaskParams(), MappingParams(7, 8, 2))
+    assert list(confirmation_configs(default, seq, winner, incumbent)) == ["default", "sequential", "winner", "incumbent"]
+    assert list(confirmation_configs(default, seq, None, incumbent)) == ["default", "sequential", "incumbent"]
+    assert list(confirmation_configs(default, seq, winner, winner)) == ["default", "sequential", "winner"]
+    assert list(confirmation_configs(default, seq, default, None)) == ["default", "sequential"]
+
+
+def test_retune_keeps_the_tables_entry_when_the_confirmation_finds_it_faster(monkeypatch):
+    """The simulator's first pick measured lucky once (first pass), the table's entry is faster
+    in the alternating confirmation: the entry ships, with the confirmed times."""
+    from megawino.tuning import search
+    spec = LayerSpec(2, 32, 32, 16, 16)
+    default_params, default_mapping, _ = tuning.choose(spec, key=None)
+    candidate = {"params": TaskParams(tiles_per_group=64), "mapping": MappingParams(3, 4, 1), "predicted_us": 5.0}
+    incumbent = (TaskParams(tiles_per_group=128), MappingParams(9, 9, 2))
+    first_pass = {"candidate": [9.0], "default": [11.0], "sequential": [12.0]}
+    confirmation = {"candidate": 10.5, "default": 11.0, "sequential": 12.0, "incumbent": 10.0}
+    seen = []
+
+    def name_of(params, mapping):
+        if mapping == "sequential":
+            return "sequential"
+        if (params, mapping) == (default_params, default_mapping):
+            return "default"
+        return "candidate" if params == candidate["params"] else "incumbent"
+
+    def measure_us(runtime, spec_, params, mapping, xs, w, reps=10):
+        name = name_of(params, mapping)
+        seen.append(name)
+        return first_pass[name].pop(0) if first_pass.get(name) else confirmation[name]
+
+    class Traced:
+        graph, order, workers, blocks_per_sm = None, None, 16, 2
+        def __call__(self, x, w): pass
+        def trace(self): return []
+
+    class Runtime:
+        def plan(self, *args, **kwargs): return Traced()
+
+    monkeypatch.setattr(search, "rotated_inputs", lambda spec_, rng: ([None] * 3, None))
+    monkeypatch.setattr(search, "calibrate_on_traces", lambda *a, **k: (None, None, 1.0))
+    monkeypatch.setattr(search, "simulate", lambda *a, **k: type("R", (), {"makespan": 1.0})())
+    monkeypatch.setattr(search, "rank_by_simulation", lambda *a, **k: [candidate])
+    monkeypatch.setattr(search, "measure_us", measure_us)
+    res = search.tune_layer(Runtime(), spec, confirm_rounds=3, incumbent=incumbent)
+    assert seen.count("incumbent") == 3 and seen.count("candidate") == 4     # first pass + 3 rounds
+    assert (res["winner"]["params"], res["winner"]["mapping"]) == incumbent
+    assert res["time_us"] == 10.0 and res["default_us"] == 11.0
+    # without a table entry the candidate ships
+    first_pass.update(candidate=[9.0], default=[11.0], sequential=[12.0])
+    res = search.tune_layer(Runtime(), spec, confirm_rounds=3)
+    assert res["winner"]["params"] == candidate["params"] and res["time_us"] == 10.5
+
+
+def test_tune_passes_each_layers_table_entry_as_incumbent(fake_tuner, monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(fake_tuner, "tune_layer", lambda runtime, spec, **kw: seen.update({spec.name: kw["incumbent"]})
+                        or _fake_tune_layer(runtime, spec))
+    shipped = tuning.read_table(resources.mapping_dir() / "h100.json")["layers"]["n64c64k64h56w56"]
+    tabled = LayerSpec(64, 64, 64, 56, 56, name="tabled")
+    fake_tuner.tune([tabled, LayerSpec(2, 16, 16, 12, 12, name="new")], out_path=tmp_path / "t.json", budget_s=60)
+    assert seen["new"] is None
+    assert seen["tabled"] == tuning.entry_params(shipped, tabled)
+
 # ---- table schema ---------------------------------------------------------------------
 
 def test_table_mapping_keys_name_every_mapping_parameter_once():

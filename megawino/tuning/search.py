@@ -8,10 +8,11 @@ For each layer (GPU required):
    calibrated model and keep the ``top`` predicted ones;
 3. time those, the heuristic choice and the sequential mapping on the GPU with
    :func:`megawino.gpu.timing.time_cuda_stats` (inputs rotated past the L2);
-4. measure the fastest of step 3 again with the heuristic choice and the sequential mapping,
-   alternating, ``confirm_rounds`` times (:func:`confirm`): the first pass's fastest time is
-   the minimum over many noisy candidates, biased low; the medians of the confirmation decide
-   which of the three ships and give its time and speed-ups;
+4. measure the fastest of step 3 again with the heuristic choice, the sequential mapping and
+   the table's current entry for the shape (if any), alternating, ``confirm_rounds`` times
+   (:func:`confirm`): the first pass's fastest time is the minimum over many noisy candidates,
+   biased low; the medians of the confirmation decide which ships and give its time and
+   speed-ups, so a re-tune never replaces an entry by one it measured slower;
 5. write the winner, its time and its speed-ups over the heuristic and the
    sequential mapping into the table (by default the user's ``<cache>/<gpu>.json``, see
    :mod:`megawino.core.user_files`).  The sequential order is a candidate too: when it is the fastest, the table holds its MappingParams equivalent
@@ -20,7 +21,8 @@ For each layer (GPU required):
 """
 from __future__ import annotations
 
-__all__ = ["calibrate_on_traces", "rank_by_simulation", "confirm", "tune_layer", "tune", "summary"]
+__all__ = ["calibrate_on_traces", "rank_by_simulation", "confirm", "confirmation_configs", "incumbent_entry",
+           "tune_layer", "tune", "summary"]
 
 import dataclasses
 import datetime
@@ -127,11 +129,25 @@ def confirm(measure, names, rounds: int = 3) -> dict:
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
+def confirmation_configs(default, sequential, winner, incumbent=None) -> dict:
+    """The (params, mapping) pairs the confirmation times, by name: the heuristic choice
+    ("default"), the sequential order, the first pass's winner and the table's current entry
+    ("incumbent"), each named once (a winner or incumbent equal to an earlier one is left out;
+    ``winner`` None: the first pass kept the default or the sequential order)."""
+    configs = {"default": default, "sequential": sequential}
+    for name, config in (("winner", winner), ("incumbent", incumbent)):
+        if config is not None and config not in configs.values():
+            configs[name] = config
+    return configs
+
+
 def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int = 10,
                deadline: float | None = None, traces: int = 3, confirm_rounds: int = 3,
-               gemm_math: str | None = None) -> dict:
+               gemm_math: str | None = None, incumbent: tuple | None = None) -> dict:
     """Tune one layer (plans of ``gemm_math``, default the runtime's); returns the table entry's
-    measured fields plus the winner."""
+    measured fields plus the winner.  ``incumbent`` (the table's (TaskParams, MappingParams) for
+    the shape, if any) takes part in the confirmation, so that a re-tune ships nothing slower than
+    what the table held there, whatever the simulator ranks first."""
     if gemm_math is not None:
         runtime = _GemmMathRuntime(runtime, gemm_math)
     rng = np.random.default_rng(seed)
@@ -181,9 +197,8 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         if t < best["time_us"]:
             best = dict(cand, time_us=t)
     # Confirmation: the first pass's best is the minimum of many noisy times (biased low).
-    configs = {"default": (params, mp), "sequential": (seq_task_params, "sequential")}
-    if not best.get("sequential_order") and (best["mapping"] != mp or best["params"] != params):
-        configs["winner"] = (best["params"], best["mapping"])
+    winner = None if best.get("sequential_order") else (best["params"], best["mapping"])
+    configs = confirmation_configs((params, mp), (seq_task_params, "sequential"), winner, incumbent)
     confirmed = confirm(lambda name: measure_us(runtime, spec, *configs[name], xs, w, reps),
                         list(configs), confirm_rounds)
     default_us, sequential_us = confirmed["default"], confirmed["sequential"]
@@ -194,6 +209,8 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         best = dict(default_entry)
     elif fastest == "sequential":
         best = dict(sequential_entry())
+    elif fastest == "incumbent":
+        best = {"params": incumbent[0], "mapping": incumbent[1], "predicted_us": None}
     best["time_us"] = confirmed[fastest]
     return {
         "winner": best,
@@ -211,6 +228,18 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
     }
 
 
+def incumbent_entry(spec: LayerSpec, key: str, gpu: str):
+    """(TaskParams, MappingParams) that plans of table ``key`` on GPU ``gpu`` use for ``spec``
+    today when a table has its shape (:func:`megawino.tuning.table.choose`: the override, the
+    user's, the shipped table; the GPU's own table after an own-arithmetic key's), else None
+    (also where MEGAWINO_MAPPING names a file not written yet: nothing to keep)."""
+    try:
+        params, mapping, source = tuning.choose(spec, key, fallback=gpu)
+    except FileNotFoundError:
+        return None
+    return (params, mapping) if source.startswith("tuned") else None
+
+
 def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int = 10,
          on_start=None, on_done=None, gemm_math: str | None = None) -> dict:
     """Tune every layer within ``budget_s`` seconds; updates the JSON table at ``out_path``
@@ -220,7 +249,8 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
     before anything is measured."""
     from .. import runtime
     name = tuning.device_name()
-    key = tuning.table_key(tuning.gpu_key(name), gemm_math or DEFAULT_GEMM_MATH)
+    gpu = tuning.gpu_key(name)
+    key = tuning.table_key(gpu, gemm_math or DEFAULT_GEMM_MATH)
     path = pathlib.Path(out_path) if out_path else tuning.user_table_path(key)
     table = tuning.table_for_update(path)
     table.update(gpu=name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
@@ -234,7 +264,8 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
             results.append((spec, None))
             continue
         per_layer = deadline - (budget_s / len(specs)) * (len(specs) - i - 1)
-        res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer, gemm_math=gemm_math)
+        res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer, gemm_math=gemm_math,
+                         incumbent=incumbent_entry(spec, key, gpu))
         win = res.pop("winner")
         tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
         tuning.write_table(path, table)
