@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Probe: a fused Winograd F(2x2, 3x3) kernel (bench/experiments/fused_f2.cu: V and M stay on the
+SM, 3xTF32 on mma.sync) on the suite layers with C <= 64, against the megakernel and PyTorch's
+fp32 and TF32 convolutions in the same run (docs/experiments.md 77, 115).
+
+Checks first: relative L2 error against a float64 convolution (PyTorch on the GPU) on odd shapes
+and on two images of each layer, outputs poisoned with NaN before each run.  Then CUDA-event
+medians at the suite's batch, inputs rotated past the L2.
+
+    python3 bench/experiments/fused_f2_probe.py --json /tmp/fused.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
+THREADS, TILES, K_SLICE = 512, 64, 32
+
+
+def filter_slices(w: np.ndarray) -> np.ndarray:
+    """U of weights w [K][C][3][3] as the kernel reads it: [K / 32][16][32][C] float32."""
+    K, C = w.shape[:2]
+    u = np.einsum("ia,kcab,jb->ijkc", G, w.astype(np.float64), G)      # [4][4][K][C]
+    u = u.reshape(16, K // K_SLICE, K_SLICE, C).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(u, dtype=np.float32)
+
+
+class Fused:
+    def __init__(self, defines=()):
+        import cupy
+        self.cp = cupy
+        code = (HERE / "fused_f2.cu").read_text()
+        self.mod = cupy.RawModule(code=code, options=("-std=c++17", *defines))
+        self.fn = self.mod.get_function("fused_f2")
+        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes(64)
+        self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+
+    @staticmethod
+    def smem_bytes(C: int) -> int:
+        """U slice, both parts of a chunk's V, the input staging slots."""
+        return 4 * (16 * K_SLICE * C + 2 * 16 * TILES * 8 + 16 * THREADS)
+
+    def check_shape(self, N, C, K, H, W):
+        if C % 32 or C > 64 or K % K_SLICE or C * H * W >= 2 ** 31:
+            raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of 32, got C={C} K={K}")
+
+    def __call__(self, x, u, y):
+        N, C, H, W = x.shape
+        K = y.shape[1]
+        self.check_shape(N, C, K, H, W)
+        smem = self.smem_bytes(C)
+        self.fn((self.sms,), (THREADS,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
+                shared_mem=smem)
+
+
+def rel_l2(out, ref) -> float:
+    d = (out.double() - ref).norm().item()
+    return d / max(ref.norm().item(), 1e-300)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", default="resnet50.conv2_x,vgg16.conv1_2,yolov3.res1,yolov3.res2")
+    ap.add_argument("--define", action="append", default=[], help="a -D option for fused_f2.cu (repeatable)")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", type=pathlib.Path)
+    args = ap.parse_args(argv)
+
+    import cupy
+    import torch
+    from megawino import runtime
+    from megawino.core.spec import LayerSpec
+    from megawino.core.suite import load_suite, select_specs
+    from megawino.gpu.timing import rotated_inputs, time_cuda_stats
+
+    fused = Fused(args.define)
+    T = lambda a: torch.as_tensor(a, device="cuda")   # noqa: E731 (zero-copy view of a CuPy array)
+    rng = np.random.default_rng(0)
+    result = {"argv": sys.argv[1:], "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+              "checks": [], "layers": []}
+
+    def check(spec, tol=3e-6):
+        x = rng.standard_normal(spec.input_shape, dtype=np.float32)
+        w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
+        y = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)
+        fused(cupy.asarray(x), cupy.asarray(filter_slices(w)), y)
+        ref = torch.nn.functional.conv2d(torch.as_tensor(x, device="cuda").double(),
+                                         torch.as_tensor(w, device="cuda").double(), padding=1)
+        err = rel_l2(T(y), ref)
+        ok = bool(math.isfinite(err) and err < tol)
+        result["checks"].append({"shape": spec.shape_string, "rel_l2_vs_f64": err, "ok": ok})
+        print(f"check {spec.shape_string:28} rel. L2 vs float64 {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+        return ok
+
+    ok = all([check(LayerSpec(3, 32, 64, 11, 13)), check(LayerSpec(1, 64, 96, 7, 5)),
+              check(LayerSpec(2, 64, 32, 2, 3))])
+    specs = select_specs(load_suite(suite="winograd", batch=64), args.layers)
+    for spec in specs:
+        ok &= check(spec.with_(N=2))
+    if not ok:
+        print("fused probe: a check failed, no timing")
+    else:
+        torch.backends.cudnn.benchmark = True
+        for spec in specs:
+            xs, w = rotated_inputs(spec, rng)
+            u = cupy.asarray(filter_slices(cupy.asnumpy(w)))
+            y = cupy.empty(spec.output_shape, dtype=cupy.float32)
+            row = {"name": spec.name, "shape": spec.shape_string}
+            row["fused_us"] = time_cuda_stats(lambda x: fused(x, u, y), xs,
+                                              reps=args.reps)["median_us"]
+            plan = runtime.plan(spec)
+            row["megakernel_us"] = time_cuda_stats(lambda x: plan(x, w, out=y, check=False), xs, reps=args.reps,
+                                                   check=plan.check)["median_us"]
+            tw = T(w)
+            for name, tf32, fmt in (("torch_fp32", False, torch.contiguous_format),
+                                    ("torch_tf32_nchw", True, torch.contiguous_format),
+                                    ("torch_tf32_nhwc", True, torch.channels_last)):
+                torch.backends.cudnn.allow_tf32 = tf32
+                txs = [T(x).contiguous(memory_format=fmt) for x in xs]
+                wf = tw.contiguous(memory_format=fmt)
+                with torch.no_grad():
+                    row[f"{name}_us"] = time_cuda_stats(lambda x: torch.nn.functional.conv2d(x, wf, padding=1), txs,
+                                                        reps=args.reps)["median_us"]
+            torch.backends.cudnn.allow_tf32 = True
+            row["torch_tf32_us"] = min(row["torch_tf32_nchw_us"], row["torch_tf32_nhwc_us"])
+            for key in ("megakernel", "torch_fp32", "torch_tf32"):
+                row[f"x_{key}"] = row[f"{key}_us"] / row["fused_us"]
+            result["layers"].append(row)
+            print(f"{spec.name:20} fused {row['fused_us']:8.1f} us  megakernel {row['megakernel_us']:8.1f}  "
+                  f"PyTorch fp32 {row['torch_fp32_us']:8.1f}  TF32 {row['torch_tf32_us']:8.1f}  "
+                  f"x megakernel {row['x_megakernel']:.2f}  x TF32 {row['x_torch_tf32']:.2f}", flush=True)
+            del xs, txs, y
+            cupy.get_default_memory_pool().free_all_blocks()
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
