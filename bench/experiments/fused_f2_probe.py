@@ -44,8 +44,8 @@ class Fused:
 
     @staticmethod
     def smem_bytes(C: int) -> int:
-        """U slice, both parts of a chunk's V, the input staging slots."""
-        return 4 * (16 * K_SLICE * C + 2 * 16 * TILES * 8 + 16 * THREADS)
+        """U slice, then a chunk's V or (over it) half a strip's M."""
+        return 4 * (16 * K_SLICE * C + max(16 * TILES * 8, 16 * K_SLICE * TILES // 2))
 
     def check_shape(self, N, C, K, H, W):
         if C % 32 or C > 64 or K % K_SLICE or C * H * W >= 2 ** 31:
