@@ -2,27 +2,29 @@
 // M never leave the SM, for layers with C <= 64 (docs/experiments.md 77, 115).  3xTF32 on mma.sync
 // (m16n8k8), products added straight into the fp32 accumulators.
 //
-// One persistent block of 512 threads an SM: block b keeps the filter slice of output channels
-// 32 (b % slices) .. + 31 (U, all 16 Winograd positions and all C channels, fp32) in shared memory
-// and walks strips of 64 consecutive 2x2 output tiles (tile id: image-major, then tile row, then
-// tile column).  Per strip and 8-channel chunk, thread (tile t, channel c) transforms its 4x4
-// input window into 16 V values in shared memory; warp w then multiplies tiles 32 (w / 8) .. + 31
-// by the 32 output channels at positions 2 (w % 8) and 2 (w % 8) + 1, so that every V and U value
-// a warp reads from shared memory serves 4 or 2 MMAs (both operands split into TF32 parts in
-// registers).  After the strip's last chunk the accumulators go through shared memory (half the
-// strip at a time) to the threads that transform each (tile, output channel) back and store y.
+// Two persistent blocks of 256 threads an SM (one loads and transforms while the other
+// multiplies): block b keeps the filter slice of output channels 16 (b % slices) .. + 15 (U, all
+// 16 Winograd positions and all C channels, fp32) in shared memory and walks strips of 64
+// consecutive 2x2 output tiles (tile id: image-major, then tile row, then tile column).  Per strip
+// and 8-channel chunk, warp c transforms channel c of the 64 tiles (lane: tile, so a load
+// instruction reads neighbouring columns) into 16 V values each in shared memory; warp w then
+// multiplies the 64 tiles by the 16 output channels at positions 2 w and 2 w + 1 (both operands
+// split into TF32 parts in registers; each V value serves 2 MMAs, each U value 4).  After the
+// strip's last chunk the accumulators go through shared memory (half the strip at a time) to the
+// threads that transform each (tile, output channel) back and store y.
 //
 // x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / 32][16][32][C] fp32.
 
 namespace fused {
-constexpr int THREADS = 512;
+constexpr int THREADS = 256;
 constexpr int TILES = 64;         // tiles a strip
-constexpr int K_SLICE = 32;       // output channels a block
+constexpr int K_SLICE = 16;       // output channels a block
 constexpr int CHUNK = 8;          // channels a k8 step
 constexpr int POS = 16;
-constexpr int V_FLOATS = POS * TILES * CHUNK;          // a chunk's V
-constexpr int M_FLOATS = POS * K_SLICE * (TILES / 2);  // half a strip's M
-constexpr int EXCHANGE_FLOATS = M_FLOATS - V_FLOATS;   // what M needs beyond V's space
+constexpr int V_ROW = TILES + 8;                       // a V row (64 tiles of one channel), padded
+constexpr int V_FLOATS = POS * CHUNK * V_ROW;          // a chunk's V
+constexpr int M_FLOATS = POS * K_SLICE * (TILES / 2);  // half a strip's M, over V
+static_assert(M_FLOATS <= V_FLOATS, "M over V");
 
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
   const unsigned bits = __float_as_uint(x);
@@ -46,11 +48,9 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// V row t of a position: 8 floats as two 16-byte chunks, chunk j at j ^ ((t >> 2) & 1), so that
-// the eight rows one ldmatrix phase reads hit distinct banks.
-__device__ __forceinline__ int v_index(int p, int t, int c) {
-  return (p * TILES + t) * CHUNK + (((c >> 2) ^ ((t >> 2) & 1)) << 2) + (c & 3);
-}
+// V of a chunk: [position][channel][tile], rows padded to 72 floats so that an A fragment's four
+// channel rows (8 tiles each) hit distinct banks.
+__device__ __forceinline__ int v_index(int p, int c, int t) { return (p * CHUNK + c) * V_ROW + t; }
 // U row n (output channel) of a position: C floats, 16-byte chunk j at j ^ (n % 8).
 __device__ __forceinline__ int u_index(int p, int n, int c, int C) {
   return (p * K_SLICE + n) * C + (((c >> 2) ^ (n & 7)) << 2) + (c & 3);
@@ -62,13 +62,13 @@ __device__ __forceinline__ int m_index(int p, int k, int t) {
 }
 }  // namespace fused
 
-extern "C" __global__ void __launch_bounds__(fused::THREADS, 1)
+extern "C" __global__ void __launch_bounds__(fused::THREADS, 2)
 fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __restrict__ y,
          int N, int C, int K, int H, int W) {
   using namespace fused;
   extern __shared__ __align__(128) float smem[];
   float* const Us = smem;                                   // [16][32][C]
-  float* const Vs = Us + POS * K_SLICE * C;                 // [16][64][8]; M of half a strip over it
+  float* const Vs = Us + POS * K_SLICE * C;                 // [16][8][72]; M of half a strip over it
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int slices = K / K_SLICE;
   const int slice = blockIdx.x % slices;
@@ -89,37 +89,34 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
   const long long strips = (total_tiles + TILES - 1) / TILES;
   const int plane = H * W;   // C * H * W < 2^31 (checked by the host)
 
-  // Input role: tile t_in, channel c_in of each chunk.
-  const int c_in = tid & 7, t_in = tid >> 3;
-  // MMA role: positions 2 pair, 2 pair + 1; tiles 32 half .. + 31 (two m16 tiles); all 32 channels.
-  const int pair = warp & 7, half = warp >> 3;
+  // Input role: channel warp of each chunk, tiles lane and lane + 32.  MMA role: positions
+  // 2 warp, 2 warp + 1; all 64 tiles (four m16 tiles) and 16 channels (two n8 tiles).
   const int g = lane >> 2, t4 = lane & 3;
-  // ldmatrix rows: A (V) matrices tiles + (lane & 7) + 8 ((lane >> 3) & 1), chunk lane >> 4;
-  // B (U) matrices: n tile 2 np + (lane >> 4), row 8 n tile + (lane & 7), chunk + ((lane >> 3) & 1).
-  const int a_row = 32 * half + (lane & 7) + 8 * ((lane >> 3) & 1);
-  const unsigned a_base = smem_addr(Vs) + 4u * (a_row * CHUNK + (((lane >> 4) ^ ((a_row >> 2) & 1)) << 2));
-  const int b_row = 8 * (lane >> 4) + (lane & 7);   // + 16 np
+  // ldmatrix rows (B, U): n tile lane >> 4, row 8 (lane >> 4) + (lane & 7), chunk + ((lane >> 3) & 1).
+  const int b_row = 8 * (lane >> 4) + (lane & 7);
   const int b_hi = (lane >> 3) & 1, b_swizzle = lane & 7;
   const unsigned us_base = smem_addr(Us);
 
   for (long long strip = slot; strip < strips; strip += blocks_per_slice) {
-    float acc[2][2][4][4];   // [position of the pair][m16 tile][n8 tile][fragment]
+    float acc[2][4][2][4];   // [position of the pair][m16 tile][n8 tile][fragment]
 #pragma unroll
     for (int q = 0; q < 2; ++q)
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
+      for (int m = 0; m < 4; ++m)
 #pragma unroll
-        for (int n = 0; n < 4; ++n) acc[q][m][n][0] = acc[q][m][n][1] = acc[q][m][n][2] = acc[q][m][n][3] = 0.0f;
+        for (int n = 0; n < 2; ++n) acc[q][m][n][0] = acc[q][m][n][1] = acc[q][m][n][2] = acc[q][m][n][3] = 0.0f;
 
     for (int c0 = 0; c0 < C; c0 += CHUNK) {
-      // This thread's 4x4 input window of channel c0 + c_in; V = B^T d B to shared memory.
-      {
+      // Channel c0 + warp of tiles lane and lane + 32: 4x4 input windows, V = B^T d B to shared memory.
+#pragma unroll 1
+      for (int pass = 0; pass < 2; ++pass) {
+        const int t_in = lane + 32 * pass;
         const long long tile_in = strip * TILES + t_in;
         const bool tile_ok = tile_in < total_tiles;
         const int img = tile_ok ? static_cast<int>(tile_in / tiles_image) : 0;
         const int rem = tile_ok ? static_cast<int>(tile_in % tiles_image) : 0;
         const int oy = 2 * (rem / tiles_w), ox = 2 * (rem % tiles_w);
-        const float* xc = x + static_cast<long long>(img) * C * plane + (c0 + c_in) * plane;
+        const float* xc = x + static_cast<long long>(img) * C * plane + (c0 + warp) * plane;
         float d[4][4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -141,34 +138,32 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          Vs[v_index(4 * i + 0, t_in, c_in)] = t[i][0] - t[i][2];
-          Vs[v_index(4 * i + 1, t_in, c_in)] = t[i][1] + t[i][2];
-          Vs[v_index(4 * i + 2, t_in, c_in)] = t[i][2] - t[i][1];
-          Vs[v_index(4 * i + 3, t_in, c_in)] = t[i][1] - t[i][3];
+          Vs[v_index(4 * i + 0, warp, t_in)] = t[i][0] - t[i][2];
+          Vs[v_index(4 * i + 1, warp, t_in)] = t[i][1] + t[i][2];
+          Vs[v_index(4 * i + 2, warp, t_in)] = t[i][2] - t[i][1];
+          Vs[v_index(4 * i + 3, warp, t_in)] = t[i][1] - t[i][3];
         }
       }
       __syncthreads();
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        const int p = 2 * pair + q;
-        unsigned b_big[4][2], b_small[4][2];
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          const int row = b_row + 16 * np;
+        const int p = 2 * warp + q;
+        unsigned b_big[2][2], b_small[2][2];
+        {
           unsigned raw[4];
-          ldmatrix_x4(raw, us_base + 4u * ((p * K_SLICE + row) * C + ((((c0 >> 2) + b_hi) ^ b_swizzle) << 2)));
+          ldmatrix_x4(raw, us_base + 4u * ((p * K_SLICE + b_row) * C + ((((c0 >> 2) + b_hi) ^ b_swizzle) << 2)));
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            split_tf32(__uint_as_float(raw[i]), b_big[2 * np + (i >> 1)][i & 1], b_small[2 * np + (i >> 1)][i & 1]);
+          for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(raw[i]), b_big[i >> 1][i & 1], b_small[i >> 1][i & 1]);
         }
+        const float* Vp = Vs + v_index(p, t4, g);
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          unsigned raw[4], a_big[4], a_small[4];
-          ldmatrix_x4(raw, a_base + 4u * (p * TILES + 16 * m) * CHUNK);
+        for (int m = 0; m < 4; ++m) {
+          unsigned a_big[4], a_small[4];
+          const float raw[4] = {Vp[16 * m], Vp[16 * m + 8], Vp[16 * m + 4 * V_ROW], Vp[16 * m + 4 * V_ROW + 8]};
 #pragma unroll
-          for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(raw[i]), a_big[i], a_small[i]);
+          for (int i = 0; i < 4; ++i) split_tf32(raw[i], a_big[i], a_small[i]);
 #pragma unroll
-          for (int n = 0; n < 4; ++n) {
+          for (int n = 0; n < 2; ++n) {
             mma_tf32(acc[q][m][n], a_small, b_big[n][0], b_big[n][1]);
             mma_tf32(acc[q][m][n], a_big, b_small[n][0], b_small[n][1]);
             mma_tf32(acc[q][m][n], a_big, b_big[n][0], b_big[n][1]);
@@ -178,26 +173,25 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
       __syncthreads();
     }
 
-    // Output: half a strip at a time, its warps' accumulators to M in shared memory (over V), then
-    // thread (tile lane, channel warp + 16 j) transforms all 16 positions back and stores y.
+    // Output: half a strip at a time, every warp's accumulators of those tiles to M in shared
+    // memory (over V), then thread (tile lane, channel warp + 8 j) transforms all 16 positions
+    // back and stores y.
     float* const Ms = Vs;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (half == h) {
 #pragma unroll
-        for (int q = 0; q < 2; ++q)
+      for (int q = 0; q < 2; ++q)
 #pragma unroll
-          for (int m = 0; m < 2; ++m)
+        for (int m = 0; m < 2; ++m)
 #pragma unroll
-            for (int n = 0; n < 4; ++n)
+          for (int n = 0; n < 2; ++n)
 #pragma unroll
-              for (int r = 0; r < 4; ++r)
-                Ms[m_index(2 * pair + q, 8 * n + 2 * t4 + (r & 1), 16 * m + g + 8 * (r >> 1))] = acc[q][m][n][r];
-      }
+            for (int r = 0; r < 4; ++r)
+              Ms[m_index(2 * warp + q, 8 * n + 2 * t4 + (r & 1), 16 * m + g + 8 * (r >> 1))] = acc[q][2 * h + m][n][r];
       __syncthreads();
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int k = warp + 16 * j, t = lane;
+        const int k = warp + 8 * j, t = lane;
         const long long tile = strip * TILES + 32 * h + t;
         float mv[POS];
 #pragma unroll

@@ -21,11 +21,11 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
-THREADS, TILES, K_SLICE = 512, 64, 32
+THREADS, TILES, K_SLICE, BLOCKS_PER_SM = 256, 64, 16, 2
 
 
 def filter_slices(w: np.ndarray) -> np.ndarray:
-    """U of weights w [K][C][3][3] as the kernel reads it: [K / 32][16][32][C] float32."""
+    """U of weights w [K][C][3][3] as the kernel reads it: [K / 16][16][16][C] float32."""
     K, C = w.shape[:2]
     u = np.einsum("ia,kcab,jb->ijkc", G, w.astype(np.float64), G)      # [4][4][K][C]
     u = u.reshape(16, K // K_SLICE, K_SLICE, C).transpose(1, 0, 2, 3)
@@ -44,19 +44,19 @@ class Fused:
 
     @staticmethod
     def smem_bytes(C: int) -> int:
-        """U slice, then a chunk's V or (over it) half a strip's M."""
-        return 4 * (16 * K_SLICE * C + max(16 * TILES * 8, 16 * K_SLICE * TILES // 2))
+        """U slice, then a chunk's V (rows of 64 tiles padded to 72) or, over it, half a strip's M."""
+        return 4 * (16 * K_SLICE * C + max(16 * 8 * (TILES + 8), 16 * K_SLICE * TILES // 2))
 
     def check_shape(self, N, C, K, H, W):
         if C % 32 or C > 64 or K % K_SLICE or C * H * W >= 2 ** 31:
-            raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of 32, got C={C} K={K}")
+            raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of {K_SLICE}, got C={C} K={K}")
 
     def __call__(self, x, u, y):
         N, C, H, W = x.shape
         K = y.shape[1]
         self.check_shape(N, C, K, H, W)
         smem = self.smem_bytes(C)
-        self.fn((self.sms,), (THREADS,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
+        self.fn((BLOCKS_PER_SM * self.sms,), (THREADS,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
                 shared_mem=smem)
 
 
