@@ -15,6 +15,12 @@
 //
 // x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / 32][16][32][C] fp32.
 
+// FUSED_CLUSTER=S (> 1): S CTAs a cluster, one per 16-channel slice of K = 16 S; each window is
+// transformed once, by one CTA of the cluster, and its V stored into every CTA's shared memory.
+#ifndef FUSED_CLUSTER
+#define FUSED_CLUSTER 1
+#endif
+
 namespace fused {
 constexpr int THREADS = 256;
 constexpr int TILES = 64;         // tiles a strip
@@ -48,6 +54,37 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+#if FUSED_CLUSTER > 1
+// Thread-block cluster helpers (sm_90): this CTA's rank, a shared address in CTA `rank`, a store
+// there, and the cluster-wide barrier (release / acquire: stores before it are seen after it).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_id() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_count() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned map_rank(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_cluster(unsigned addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+#endif
+
 // V of a chunk: [position][channel][tile], rows padded to 72 floats so that an A fragment's four
 // channel rows (8 tiles each) hit distinct banks.
 __device__ __forceinline__ int v_index(int p, int c, int t) { return (p * CHUNK + c) * V_ROW + t; }
@@ -63,6 +100,9 @@ __device__ __forceinline__ int m_index(int p, int k, int t) {
 }  // namespace fused
 
 extern "C" __global__ void __launch_bounds__(fused::THREADS, 2)
+#if FUSED_CLUSTER > 1
+__cluster_dims__(FUSED_CLUSTER, 1, 1)
+#endif
 fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __restrict__ y,
          int N, int C, int K, int H, int W) {
   using namespace fused;
@@ -71,10 +111,17 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
   float* const Vs = Us + POS * K_SLICE * C;                 // [16][8][72]; M of half a strip over it
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int slices = K / K_SLICE;
+#if FUSED_CLUSTER > 1
+  // slices == FUSED_CLUSTER (checked by the host): the cluster walks the strips, CTA rank = slice.
+  const int slice = static_cast<int>(cluster_rank());
+  const int blocks_per_slice = static_cast<int>(cluster_count());
+  const int slot = static_cast<int>(cluster_id());
+#else
   const int slice = blockIdx.x % slices;
   const int blocks_per_slice = gridDim.x / slices;
   const int slot = blockIdx.x / slices;
   if (slot >= blocks_per_slice) return;
+#endif
 
   // The block's filter slice, once.
   const float* Ug = U + static_cast<long long>(slice) * POS * K_SLICE * C;
@@ -107,16 +154,27 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
         for (int n = 0; n < 2; ++n) acc[q][m][n][0] = acc[q][m][n][1] = acc[q][m][n][2] = acc[q][m][n][3] = 0.0f;
 
     for (int c0 = 0; c0 < C; c0 += CHUNK) {
+#if FUSED_CLUSTER > 1
+      // This CTA's share of the chunk: channels c0 + slice * CHANNELS_A_CTA ..., tile tid % 64;
+      // V = B^T d B into the shared memory of every CTA of the cluster.
+      constexpr int CHANNELS_A_CTA = CHUNK / FUSED_CLUSTER;
+      static_assert(CHUNK % FUSED_CLUSTER == 0 && TILES * CHANNELS_A_CTA <= THREADS, "cluster share");
+      if (tid < TILES * CHANNELS_A_CTA) {
+        const int t_in = tid % TILES;
+        const int c_local = slice * CHANNELS_A_CTA + tid / TILES;
+#else
       // Channel c0 + warp of tiles lane and lane + 32: 4x4 input windows, V = B^T d B to shared memory.
+      const int c_local = warp;
 #pragma unroll 1
       for (int pass = 0; pass < 2; ++pass) {
         const int t_in = lane + 32 * pass;
+#endif
         const long long tile_in = strip * TILES + t_in;
         const bool tile_ok = tile_in < total_tiles;
         const int img = tile_ok ? static_cast<int>(tile_in / tiles_image) : 0;
         const int rem = tile_ok ? static_cast<int>(tile_in % tiles_image) : 0;
         const int oy = 2 * (rem / tiles_w), ox = 2 * (rem % tiles_w);
-        const float* xc = x + static_cast<long long>(img) * C * plane + (c0 + warp) * plane;
+        const float* xc = x + static_cast<long long>(img) * C * plane + (c0 + c_local) * plane;
         float d[4][4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -138,13 +196,25 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          Vs[v_index(4 * i + 0, warp, t_in)] = t[i][0] - t[i][2];
-          Vs[v_index(4 * i + 1, warp, t_in)] = t[i][1] + t[i][2];
-          Vs[v_index(4 * i + 2, warp, t_in)] = t[i][2] - t[i][1];
-          Vs[v_index(4 * i + 3, warp, t_in)] = t[i][1] - t[i][3];
+          const float v[4] = {t[i][0] - t[i][2], t[i][1] + t[i][2], t[i][2] - t[i][1], t[i][1] - t[i][3]};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+#if FUSED_CLUSTER > 1
+            const unsigned at = smem_addr(Vs + v_index(4 * i + j, c_local, t_in));
+#pragma unroll
+            for (int r = 0; r < FUSED_CLUSTER; ++r) st_cluster(map_rank(at, r), v[j]);
+#else
+            Vs[v_index(4 * i + j, c_local, t_in)] = v[j];
+#endif
+          }
         }
       }
+#if FUSED_CLUSTER > 1
+      cluster_sync();   // every CTA's V complete
+#endif
+#if FUSED_CLUSTER == 1
       __syncthreads();
+#endif
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int p = 2 * warp + q;
@@ -170,7 +240,11 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
           }
         }
       }
+#if FUSED_CLUSTER > 1
+      cluster_sync();   // no CTA reads this chunk's V any more: the next may be stored
+#else
       __syncthreads();
+#endif
     }
 
     // Output: half a strip at a time, every warp's accumulators of those tiles to M in shared
@@ -216,5 +290,8 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
       }
       __syncthreads();
     }
+#if FUSED_CLUSTER > 1
+    cluster_sync();   // M (over V) read: the cluster may store the next strip's V here
+#endif
   }
 }

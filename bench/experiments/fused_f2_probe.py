@@ -33,14 +33,25 @@ def filter_slices(w: np.ndarray) -> np.ndarray:
 
 
 class Fused:
-    def __init__(self, defines=()):
+    def __init__(self, defines=(), cluster: bool = False):
         import cupy
         self.cp = cupy
-        code = (HERE / "fused_f2.cu").read_text()
-        self.mod = cupy.RawModule(code=code, options=("-std=c++17", *defines))
-        self.fn = self.mod.get_function("fused_f2")
-        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes(64)
+        self.code = (HERE / "fused_f2.cu").read_text()
+        self.defines = tuple(defines)
+        self.cluster = cluster
+        self.functions = {}
         self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+
+    def function(self, K: int):
+        """The kernel for K output channels: with ``cluster``, a build whose clusters have one CTA
+        per 16-channel slice (FUSED_CLUSTER = K / 16)."""
+        size = K // K_SLICE if self.cluster else 1
+        if size not in self.functions:
+            mod = self.cp.RawModule(code=self.code, options=("-std=c++17", f"-DFUSED_CLUSTER={size}", *self.defines))
+            fn = mod.get_function("fused_f2")
+            fn.max_dynamic_shared_size_bytes = self.smem_bytes(64)
+            self.functions[size] = (mod, fn)
+        return size, self.functions[size][1]
 
     @staticmethod
     def smem_bytes(C: int) -> int:
@@ -50,13 +61,16 @@ class Fused:
     def check_shape(self, N, C, K, H, W):
         if C % 32 or C > 64 or K % K_SLICE or C * H * W >= 2 ** 31:
             raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of {K_SLICE}, got C={C} K={K}")
+        if self.cluster and (8 % (K // K_SLICE) or BLOCKS_PER_SM * self.sms % (K // K_SLICE)):
+            raise ValueError(f"the cluster build takes K / {K_SLICE} in (1, 2, 4, 8), got K={K}")
 
     def __call__(self, x, u, y):
         N, C, H, W = x.shape
         K = y.shape[1]
         self.check_shape(N, C, K, H, W)
         smem = self.smem_bytes(C)
-        self.fn((BLOCKS_PER_SM * self.sms,), (THREADS,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
+        _, fn = self.function(K)
+        fn((BLOCKS_PER_SM * self.sms,), (THREADS,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
                 shared_mem=smem)
 
 
@@ -69,6 +83,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="resnet50.conv2_x,vgg16.conv1_2,yolov3.res1,yolov3.res2")
     ap.add_argument("--define", action="append", default=[], help="a -D option for fused_f2.cu (repeatable)")
+    ap.add_argument("--cluster", action="store_true", help="one CTA a 16-channel slice, clusters sharing V")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", type=pathlib.Path)
     args = ap.parse_args(argv)
@@ -80,7 +95,7 @@ def main(argv=None) -> int:
     from megawino.core.suite import load_suite, select_specs
     from megawino.gpu.timing import rotated_inputs, time_cuda_stats
 
-    fused = Fused(args.define)
+    fused = Fused(args.define, args.cluster)
     T = lambda a: torch.as_tensor(a, device="cuda")   # noqa: E731 (zero-copy view of a CuPy array)
     rng = np.random.default_rng(0)
     result = {"argv": sys.argv[1:], "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
@@ -99,7 +114,7 @@ def main(argv=None) -> int:
         print(f"check {spec.shape_string:28} rel. L2 vs float64 {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
         return ok
 
-    ok = all([check(LayerSpec(3, 32, 64, 11, 13)), check(LayerSpec(1, 64, 96, 7, 5)),
+    ok = all([check(LayerSpec(3, 32, 64, 11, 13)), check(LayerSpec(1, 64, 128, 7, 5)),
               check(LayerSpec(2, 64, 32, 2, 3))])
     specs = select_specs(load_suite(suite="winograd", batch=64), args.layers)
     for spec in specs:
