@@ -109,6 +109,12 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
   extern __shared__ __align__(128) float smem[];
   float* const Us = smem;                                   // [16][32][C]
   float* const Vs = Us + POS * K_SLICE * C;                 // [16][8][72]; M of half a strip over it
+  // The strip's tiles, computed once a strip: the window's first element (in x, channel 0), its
+  // valid elements (bit 4 i + j) and, for the output, y's offset of the tile in channel 0 with
+  // bits 16 / 17 / 18: second row / second column / tile inside the layer.
+  long long* const tile_x = reinterpret_cast<long long*>(Vs + V_FLOATS);
+  long long* const tile_y = tile_x + TILES;
+  unsigned* const tile_bits = reinterpret_cast<unsigned*>(tile_y + TILES);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int slices = K / K_SLICE;
 #if FUSED_CLUSTER > 1
@@ -153,6 +159,24 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
 #pragma unroll
         for (int n = 0; n < 2; ++n) acc[q][m][n][0] = acc[q][m][n][1] = acc[q][m][n][2] = acc[q][m][n][3] = 0.0f;
 
+    if (tid < TILES) {
+      const long long tile = strip * TILES + tid;
+      const bool ok = tile < total_tiles;
+      const int img = ok ? static_cast<int>(tile / tiles_image) : 0;
+      const int rem = ok ? static_cast<int>(tile % tiles_image) : 0;
+      const int oy = 2 * (rem / tiles_w), ox = 2 * (rem % tiles_w);
+      unsigned bits = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (ok && oy - 1 + i >= 0 && oy - 1 + i < H && ox - 1 + j >= 0 && ox - 1 + j < W) bits |= 1u << (4 * i + j);
+      bits |= (oy + 1 < H ? 1u << 16 : 0u) | (ox + 1 < W ? 1u << 17 : 0u) | (ok ? 1u << 18 : 0u);
+      tile_x[tid] = static_cast<long long>(img) * C * plane + (oy - 1) * W + (ox - 1);
+      tile_y[tid] = static_cast<long long>(img) * K * plane + oy * W + ox;
+      tile_bits[tid] = bits;
+    }
+    __syncthreads();
     for (int c0 = 0; c0 < C; c0 += CHUNK) {
 #if FUSED_CLUSTER > 1
       // This CTA's share of the chunk: channels c0 + slice * CHANNELS_A_CTA ..., tile tid % 64;
@@ -169,22 +193,19 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
       for (int pass = 0; pass < 2; ++pass) {
         const int t_in = lane + 32 * pass;
 #endif
-        const long long tile_in = strip * TILES + t_in;
-        const bool tile_ok = tile_in < total_tiles;
-        const int img = tile_ok ? static_cast<int>(tile_in / tiles_image) : 0;
-        const int rem = tile_ok ? static_cast<int>(tile_in % tiles_image) : 0;
-        const int oy = 2 * (rem / tiles_w), ox = 2 * (rem % tiles_w);
-        const float* xc = x + static_cast<long long>(img) * C * plane + (c0 + c_local) * plane;
+        const float* xc = x + tile_x[t_in] + (c0 + c_local) * plane;
+        const unsigned valid = tile_bits[t_in] & 0xFFFFu;
         float d[4][4];
+        if (valid == 0xFFFFu) {   // an interior window: no bounds
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int iy = oy - 1 + i;
+          for (int i = 0; i < 4; ++i)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int ix = ox - 1 + j;
-            const bool ok = tile_ok && iy >= 0 && iy < H && ix >= 0 && ix < W;
-            d[i][j] = ok ? __ldg(xc + iy * W + ix) : 0.0f;
-          }
+            for (int j = 0; j < 4; ++j) d[i][j] = __ldg(xc + i * W + j);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) d[i][j] = (valid >> (4 * i + j)) & 1u ? __ldg(xc + i * W + j) : 0.0f;
         }
         float t[4][4];
 #pragma unroll
@@ -266,25 +287,23 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int k = warp + 8 * j, t = lane;
-        const long long tile = strip * TILES + 32 * h + t;
         float mv[POS];
 #pragma unroll
         for (int p = 0; p < POS; ++p) mv[p] = Ms[m_index(p, k, t)];
-        if (tile < total_tiles) {
-          const int im = static_cast<int>(tile / tiles_image), rm = static_cast<int>(tile % tiles_image);
-          const int y0 = 2 * (rm / tiles_w), x0 = 2 * (rm % tiles_w);
+        const unsigned bits = tile_bits[32 * h + t];
+        if (bits & (1u << 18)) {
           float s[2][4];
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj) {
             s[0][jj] = mv[jj] + mv[4 + jj] + mv[8 + jj];
             s[1][jj] = mv[4 + jj] - mv[8 + jj] - mv[12 + jj];
           }
-          float* yk = y + (static_cast<long long>(im) * K + K_SLICE * slice + k) * plane;
+          float* yk = y + tile_y[32 * h + t] + (K_SLICE * slice + k) * plane;
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            if (y0 + i >= H) continue;
-            yk[(y0 + i) * W + x0] = s[i][0] + s[i][1] + s[i][2];
-            if (x0 + 1 < W) yk[(y0 + i) * W + x0 + 1] = s[i][1] - s[i][2] - s[i][3];
+            if (i == 1 && !(bits & (1u << 16))) continue;
+            yk[i * W] = s[i][0] + s[i][1] + s[i][2];
+            if (bits & (1u << 17)) yk[i * W + 1] = s[i][1] - s[i][2] - s[i][3];
           }
         }
       }

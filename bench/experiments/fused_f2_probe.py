@@ -55,11 +55,12 @@ class Fused:
 
     @staticmethod
     def smem_bytes(C: int) -> int:
-        """U slice, then a chunk's V (rows of 64 tiles padded to 72) or, over it, half a strip's M."""
-        return 4 * (16 * K_SLICE * C + max(16 * 8 * (TILES + 8), 16 * K_SLICE * TILES // 2))
+        """U slice, then a chunk's V (rows of 64 tiles padded to 72) or, over it, half a strip's M,
+        then the strip's tile table (two 64-bit offsets and a 32-bit mask a tile)."""
+        return 4 * (16 * K_SLICE * C + max(16 * 8 * (TILES + 8), 16 * K_SLICE * TILES // 2)) + TILES * 20
 
     def check_shape(self, N, C, K, H, W):
-        if C % 32 or C > 64 or K % K_SLICE or C * H * W >= 2 ** 31:
+        if C % 32 or C > 64 or K % K_SLICE or max(C, K) * H * W >= 2 ** 31:
             raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of {K_SLICE}, got C={C} K={K}")
         if self.cluster and (8 % (K // K_SLICE) or BLOCKS_PER_SM * self.sms % (K // K_SLICE)):
             raise ValueError(f"the cluster build takes K / {K_SLICE} in (1, 2, 4, 8), got K={K}")
