@@ -22,15 +22,22 @@
 #endif
 
 namespace fused {
-constexpr int THREADS = 256;
+// FUSED_K_SLICE: output channels a block, 16 (two blocks of 256 threads an SM) or 32 (one block of
+// 512: each window is transformed K / 32 times instead of K / 16).
+#ifndef FUSED_K_SLICE
+#define FUSED_K_SLICE 16
+#endif
+constexpr int K_SLICE = FUSED_K_SLICE;
+constexpr int THREADS = 16 * K_SLICE;
+constexpr int BLOCKS_PER_SM = 32 / K_SLICE;
+constexpr int K_HALVES = K_SLICE / 16;             // warps that share a position pair
 constexpr int TILES = 64;         // tiles a strip
-constexpr int K_SLICE = 16;       // output channels a block
 constexpr int CHUNK = 8;          // channels a k8 step
 constexpr int POS = 16;
 constexpr int V_ROW = TILES + 8;                       // a V row (64 tiles of one channel), padded
 constexpr int V_FLOATS = POS * CHUNK * V_ROW;          // a chunk's V
 constexpr int M_FLOATS = POS * K_SLICE * (TILES / 2);  // half a strip's M, over V
-static_assert(M_FLOATS <= V_FLOATS, "M over V");
+constexpr int VM_FLOATS = V_FLOATS > M_FLOATS ? V_FLOATS : M_FLOATS;
 
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
   const unsigned bits = __float_as_uint(x);
@@ -99,7 +106,7 @@ __device__ __forceinline__ int m_index(int p, int k, int t) {
 }
 }  // namespace fused
 
-extern "C" __global__ void __launch_bounds__(fused::THREADS, 2)
+extern "C" __global__ void __launch_bounds__(fused::THREADS, fused::BLOCKS_PER_SM)
 #if FUSED_CLUSTER > 1
 __cluster_dims__(FUSED_CLUSTER, 1, 1)
 #endif
@@ -112,7 +119,7 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
   // The strip's tiles, computed once a strip: the window's first element (in x, channel 0), its
   // valid elements (bit 4 i + j) and, for the output, y's offset of the tile in channel 0 with
   // bits 16 / 17 / 18: second row / second column / tile inside the layer.
-  long long* const tile_x = reinterpret_cast<long long*>(Vs + V_FLOATS);
+  long long* const tile_x = reinterpret_cast<long long*>(Vs + VM_FLOATS);
   long long* const tile_y = tile_x + TILES;
   unsigned* const tile_bits = reinterpret_cast<unsigned*>(tile_y + TILES);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -145,8 +152,9 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
   // Input role: channel warp of each chunk, tiles lane and lane + 32.  MMA role: positions
   // 2 warp, 2 warp + 1; all 64 tiles (four m16 tiles) and 16 channels (two n8 tiles).
   const int g = lane >> 2, t4 = lane & 3;
+  const int pair = warp % 8, k_half = warp / 8;   // MMA role: positions 2 pair, + 1; channels 16 k_half ..
   // ldmatrix rows (B, U): n tile lane >> 4, row 8 (lane >> 4) + (lane & 7), chunk + ((lane >> 3) & 1).
-  const int b_row = 8 * (lane >> 4) + (lane & 7);
+  const int b_row = 16 * k_half + 8 * (lane >> 4) + (lane & 7);
   const int b_hi = (lane >> 3) & 1, b_swizzle = lane & 7;
   const unsigned us_base = smem_addr(Us);
 
@@ -188,10 +196,11 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
         const int c_local = slice * CHANNELS_A_CTA + tid / TILES;
 #else
       // Channel c0 + warp of tiles lane and lane + 32: 4x4 input windows, V = B^T d B to shared memory.
-      const int c_local = warp;
+      const int c_local = warp % CHUNK;
+      constexpr int PASSES = TILES * CHUNK / THREADS;
 #pragma unroll 1
-      for (int pass = 0; pass < 2; ++pass) {
-        const int t_in = lane + 32 * pass;
+      for (int pass = 0; pass < PASSES; ++pass) {
+        const int t_in = lane + 32 * (warp / CHUNK + (THREADS / 256) * pass);
 #endif
         const float* xc = x + tile_x[t_in] + (c0 + c_local) * plane;
         const unsigned valid = tile_bits[t_in] & 0xFFFFu;
@@ -238,7 +247,7 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
 #endif
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        const int p = 2 * warp + q;
+        const int p = 2 * pair + q;
         unsigned b_big[2][2], b_small[2][2];
         {
           unsigned raw[4];
@@ -282,11 +291,11 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
           for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r)
-              Ms[m_index(2 * warp + q, 8 * n + 2 * t4 + (r & 1), 16 * m + g + 8 * (r >> 1))] = acc[q][2 * h + m][n][r];
+              Ms[m_index(2 * pair + q, 16 * k_half + 8 * n + 2 * t4 + (r & 1), 16 * m + g + 8 * (r >> 1))] = acc[q][2 * h + m][n][r];
       __syncthreads();
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int k = warp + 8 * j, t = lane;
+        const int k = warp + (THREADS / 32) * j, t = lane;
         float mv[POS];
 #pragma unroll
         for (int p = 0; p < POS; ++p) mv[p] = Ms[m_index(p, k, t)];

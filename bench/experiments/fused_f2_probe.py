@@ -21,23 +21,24 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
-THREADS, TILES, K_SLICE, BLOCKS_PER_SM = 256, 64, 16, 2
+TILES = 64
 
 
-def filter_slices(w: np.ndarray) -> np.ndarray:
-    """U of weights w [K][C][3][3] as the kernel reads it: [K / 16][16][16][C] float32."""
+def filter_slices(w: np.ndarray, k_slice: int = 16) -> np.ndarray:
+    """U of weights w [K][C][3][3] as the kernel reads it: [K / k_slice][16][k_slice][C] float32."""
     K, C = w.shape[:2]
     u = np.einsum("ia,kcab,jb->ijkc", G, w.astype(np.float64), G)      # [4][4][K][C]
-    u = u.reshape(16, K // K_SLICE, K_SLICE, C).transpose(1, 0, 2, 3)
+    u = u.reshape(16, K // k_slice, k_slice, C).transpose(1, 0, 2, 3)
     return np.ascontiguousarray(u, dtype=np.float32)
 
 
 class Fused:
-    def __init__(self, defines=(), cluster: bool = False):
+    def __init__(self, defines=(), cluster: bool = False, k_slice: int = 16):
         import cupy
         self.cp = cupy
         self.code = (HERE / "fused_f2.cu").read_text()
-        self.defines = tuple(defines)
+        self.k_slice, self.threads, self.blocks_per_sm = k_slice, 16 * k_slice, 32 // k_slice
+        self.defines = (f"-DFUSED_K_SLICE={k_slice}", *defines)
         self.cluster = cluster
         self.functions = {}
         self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
@@ -45,7 +46,7 @@ class Fused:
     def function(self, K: int):
         """The kernel for K output channels: with ``cluster``, a build whose clusters have one CTA
         per 16-channel slice (FUSED_CLUSTER = K / 16)."""
-        size = K // K_SLICE if self.cluster else 1
+        size = K // self.k_slice if self.cluster else 1
         if size not in self.functions:
             mod = self.cp.RawModule(code=self.code, options=("-std=c++17", f"-DFUSED_CLUSTER={size}", *self.defines))
             fn = mod.get_function("fused_f2")
@@ -53,17 +54,16 @@ class Fused:
             self.functions[size] = (mod, fn)
         return size, self.functions[size][1]
 
-    @staticmethod
-    def smem_bytes(C: int) -> int:
+    def smem_bytes(self, C: int) -> int:
         """U slice, then a chunk's V (rows of 64 tiles padded to 72) or, over it, half a strip's M,
         then the strip's tile table (two 64-bit offsets and a 32-bit mask a tile)."""
-        return 4 * (16 * K_SLICE * C + max(16 * 8 * (TILES + 8), 16 * K_SLICE * TILES // 2)) + TILES * 20
+        return 4 * (16 * self.k_slice * C + max(16 * 8 * (TILES + 8), 16 * self.k_slice * TILES // 2)) + TILES * 20
 
     def check_shape(self, N, C, K, H, W):
-        if C % 32 or C > 64 or K % K_SLICE or max(C, K) * H * W >= 2 ** 31:
-            raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of {K_SLICE}, got C={C} K={K}")
-        if self.cluster and (8 % (K // K_SLICE) or BLOCKS_PER_SM * self.sms % (K // K_SLICE)):
-            raise ValueError(f"the cluster build takes K / {K_SLICE} in (1, 2, 4, 8), got K={K}")
+        if C % 32 or C > 64 or K % self.k_slice or max(C, K) * H * W >= 2 ** 31:
+            raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of {self.k_slice}, got C={C} K={K}")
+        if self.cluster and (8 % (K // self.k_slice) or self.blocks_per_sm * self.sms % (K // self.k_slice)):
+            raise ValueError(f"the cluster build takes K / {self.k_slice} in (1, 2, 4, 8), got K={K}")
 
     def __call__(self, x, u, y):
         N, C, H, W = x.shape
@@ -71,7 +71,7 @@ class Fused:
         self.check_shape(N, C, K, H, W)
         smem = self.smem_bytes(C)
         _, fn = self.function(K)
-        fn((BLOCKS_PER_SM * self.sms,), (THREADS,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
+        fn((self.blocks_per_sm * self.sms,), (self.threads,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
                 shared_mem=smem)
 
 
@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="resnet50.conv2_x,vgg16.conv1_2,yolov3.res1,yolov3.res2")
     ap.add_argument("--define", action="append", default=[], help="a -D option for fused_f2.cu (repeatable)")
-    ap.add_argument("--cluster", action="store_true", help="one CTA a 16-channel slice, clusters sharing V")
+    ap.add_argument("--cluster", action="store_true", help="one CTA a K slice, clusters sharing V")
+    ap.add_argument("--k-slice", type=int, default=16, choices=(16, 32), help="output channels a block")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", type=pathlib.Path)
     args = ap.parse_args(argv)
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
     from megawino.core.suite import load_suite, select_specs
     from megawino.gpu.timing import rotated_inputs, time_cuda_stats
 
-    fused = Fused(args.define, args.cluster)
+    fused = Fused(args.define, args.cluster, args.k_slice)
     T = lambda a: torch.as_tensor(a, device="cuda")   # noqa: E731 (zero-copy view of a CuPy array)
     rng = np.random.default_rng(0)
     result = {"argv": sys.argv[1:], "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
         x = rng.standard_normal(spec.input_shape, dtype=np.float32)
         w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
         y = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)
-        fused(cupy.asarray(x), cupy.asarray(filter_slices(w)), y)
+        fused(cupy.asarray(x), cupy.asarray(filter_slices(w, fused.k_slice)), y)
         ref = torch.nn.functional.conv2d(torch.as_tensor(x, device="cuda").double(),
                                          torch.as_tensor(w, device="cuda").double(), padding=1)
         err = rel_l2(T(y), ref)
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
         torch.backends.cudnn.benchmark = True
         for spec in specs:
             xs, w = rotated_inputs(spec, rng)
-            u = cupy.asarray(filter_slices(cupy.asnumpy(w)))
+            u = cupy.asarray(filter_slices(cupy.asnumpy(w), fused.k_slice))
             y = cupy.empty(spec.output_shape, dtype=cupy.float32)
             row = {"name": spec.name, "shape": spec.shape_string}
             row["fused_us"] = time_cuda_stats(lambda x: fused(x, u, y), xs,
