@@ -2,18 +2,19 @@
 // M never leave the SM, for layers with C <= 64 (docs/experiments.md 77, 115).  3xTF32 on mma.sync
 // (m16n8k8), products added straight into the fp32 accumulators.
 //
-// Two persistent blocks of 256 threads an SM (one loads and transforms while the other
-// multiplies): block b keeps the filter slice of output channels 16 (b % slices) .. + 15 (U, all
-// 16 Winograd positions and all C channels, fp32) in shared memory and walks strips of 64
-// consecutive 2x2 output tiles (tile id: image-major, then tile row, then tile column).  Per strip
-// and 8-channel chunk, warp c transforms channel c of the 64 tiles (lane: tile, so a load
-// instruction reads neighbouring columns) into 16 V values each in shared memory; warp w then
-// multiplies the 64 tiles by the 16 output channels at positions 2 w and 2 w + 1 (both operands
-// split into TF32 parts in registers; each V value serves 2 MMAs, each U value 4).  After the
-// strip's last chunk the accumulators go through shared memory (half the strip at a time) to the
-// threads that transform each (tile, output channel) back and store y.
+// Persistent blocks (FUSED_K_SLICE 16: two of 256 threads an SM; 32: one of 512, the fastest
+// measured): block b keeps the filter slice of output channels K_SLICE (b % slices) .. (U, all 16
+// Winograd positions and all C channels, fp32) in shared memory and walks strips of 64
+// consecutive 2x2 output tiles (tile id: image-major, then tile row, then tile column), whose
+// window offsets and validity masks it computes once a strip.  Per 8-channel chunk the warps
+// transform the 64 tiles' windows (lane: tile, so a load instruction reads neighbouring columns)
+// into 16 V values each in shared memory; warp w then multiplies the 64 tiles by 16 output
+// channels at positions 2 (w % 8) and 2 (w % 8) + 1 (both operands split into TF32 parts in
+// registers; each V value serves 2 MMAs, each U value 4).  After the strip's last chunk the
+// accumulators go through shared memory (half the strip at a time) to the threads that transform
+// each (tile, output channel) back and store y.
 //
-// x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / 32][16][32][C] fp32.
+// x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / K_SLICE][16][K_SLICE][C] fp32.
 
 // FUSED_CLUSTER=S (> 1): S CTAs a cluster, one per 16-channel slice of K = 16 S; each window is
 // transformed once, by one CTA of the cluster, and its V stored into every CTA's shared memory.

@@ -7,7 +7,7 @@ Checks first: relative L2 error against a float64 convolution (PyTorch on the GP
 and on two images of each layer, outputs poisoned with NaN before each run.  Then CUDA-event
 medians at the suite's batch, inputs rotated past the L2.
 
-    python3 bench/experiments/fused_f2_probe.py --json /tmp/fused.json
+    python3 bench/experiments/fused_f2_probe.py --k-slice 32 --json /tmp/fused.json   # the fastest build
 """
 from __future__ import annotations
 
