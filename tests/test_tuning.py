@@ -102,7 +102,6 @@ def test_confirm_alternates_and_takes_medians():
         confirm(measure, ["winner"], rounds=0)
 
 
-
 def test_confirmation_configs_names_each_config_once():
     from megawino.tuning.search import confirmation_configs
     default, seq = (TaskParams(), MappingParams(5, 6, 1)), (TaskParams(), "sequential")
