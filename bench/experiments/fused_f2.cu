@@ -2,39 +2,38 @@
 // M never leave the SM, for layers with C <= 64 (docs/experiments.md 77, 115).  3xTF32 on mma.sync
 // (m16n8k8), products added straight into the fp32 accumulators.
 //
-// One persistent block of 512 threads an SM keeps the filter slice of 32 output channels (U, all
-// 16 Winograd positions and all C channels, fp32) in shared memory and walks strips of 64
+// Persistent blocks (FUSED_K_SLICE 16: two of 256 threads an SM; 32: one of 512, the fastest
+// measured): block b keeps the filter slice of output channels K_SLICE (b % slices) .. (U, all 16
+// Winograd positions and all C channels, fp32) in shared memory and walks strips of 64
 // consecutive 2x2 output tiles (tile id: image-major, then tile row, then tile column), whose
-// window offsets and validity masks it computes once a strip.  Per chunk (FUSED_CHUNK channels)
-// the block transforms the 64 tiles' windows into 16 V values each in shared memory; warp w then
-// multiplies the 64 tiles by 16 output channels (w / 8) at positions 2 (w % 8), + 1 (both operands
-// split into TF32 parts in registers).  After the strip's last chunk the accumulators go through
-// shared memory (half the strip at a time) to the threads that transform each (tile, channel)
-// back and store y.
-// FUSED_CLUSTER = S = K / 32 (> 1, with FUSED_CHUNK 16): the S CTAs of a thread-block cluster (one
-// per 32-channel slice) each transform 16 / S channels of a chunk and store that V into their own
-// and, by st.async, every peer's shared memory, so each window is transformed once instead of S
-// times; mbarriers order it: `full` (this CTA's V of the chunk complete: one local arrival plus the
-// peers' bytes) and `free` (every peer has read its V of the previous chunk: one remote arrival a
-// peer), so no cluster-wide barrier runs per chunk.
+// window offsets and validity masks it computes once a strip.  Per 8-channel chunk the warps
+// transform the 64 tiles' windows (lane: tile, so a load instruction reads neighbouring columns)
+// into 16 V values each in shared memory; warp w then multiplies the 64 tiles by 16 output
+// channels at positions 2 (w % 8) and 2 (w % 8) + 1 (both operands split into TF32 parts in
+// registers; each V value serves 2 MMAs, each U value 4).  After the strip's last chunk the
+// accumulators go through shared memory (half the strip at a time) to the threads that transform
+// each (tile, output channel) back and store y.
 //
-// x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / 32][16][32][C] fp32.
+// x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / K_SLICE][16][K_SLICE][C] fp32.
 
+// FUSED_CLUSTER=S (> 1): S CTAs a cluster, one per 16-channel slice of K = 16 S; each window is
+// transformed once, by one CTA of the cluster, and its V stored into every CTA's shared memory.
 #ifndef FUSED_CLUSTER
 #define FUSED_CLUSTER 1
 #endif
 
 namespace fused {
-constexpr int K_SLICE = 32;       // output channels a block (each window is transformed K / 32 times)
+// FUSED_K_SLICE: output channels a block, 16 (two blocks of 256 threads an SM) or 32 (one block of
+// 512: each window is transformed K / 32 times instead of K / 16).
+#ifndef FUSED_K_SLICE
+#define FUSED_K_SLICE 16
+#endif
+constexpr int K_SLICE = FUSED_K_SLICE;
 constexpr int THREADS = 16 * K_SLICE;
 constexpr int BLOCKS_PER_SM = 32 / K_SLICE;
-static_assert(K_SLICE == 32 && THREADS == 512, "the input phase maps 512 threads on 64 tiles x 8 or 16 channels");
+constexpr int K_HALVES = K_SLICE / 16;             // warps that share a position pair
 constexpr int TILES = 64;         // tiles a strip
-// FUSED_CHUNK: channels a block transforms between two barriers (one or two k8 steps).
-#ifndef FUSED_CHUNK
-#define FUSED_CHUNK 8
-#endif
-constexpr int CHUNK = FUSED_CHUNK;
+constexpr int CHUNK = 8;          // channels a k8 step
 constexpr int POS = 16;
 constexpr int V_ROW = TILES + 8;                       // a V row (64 tiles of one channel), padded
 constexpr int V_FLOATS = POS * CHUNK * V_ROW;          // a chunk's V
@@ -64,7 +63,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 #if FUSED_CLUSTER > 1
-static_assert(FUSED_CHUNK == 16 && 16 % FUSED_CLUSTER == 0, "the cluster build shares 16-channel chunks");
+// Thread-block cluster helpers (sm_90): this CTA's rank, a shared address in CTA `rank`, a store
+// there, and the cluster-wide barrier (release / acquire: stores before it are seen after it).
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -85,46 +85,13 @@ __device__ __forceinline__ unsigned map_rank(unsigned addr, unsigned rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
 }
-__device__ __forceinline__ void cluster_sync_all() {
+__device__ __forceinline__ void st_cluster(unsigned addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_fence_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// The one local arrival of a phase, with the bytes the peers will store.
-__device__ __forceinline__ void mbar_arrive_expect(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
-}
-// An arrival on a peer's barrier (cluster address), releasing this CTA's reads before it.
-__device__ __forceinline__ void mbar_arrive_remote(unsigned cluster_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_bar) : "memory");
-}
-// Bounded: a phase that has not completed after about two seconds traps, naming the block and
-// the barrier, so a wrong protocol fails the launch instead of hanging it.
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  const long long start = clock64();
-  for (;;) {
-    unsigned done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    if (done) return;
-    if (clock64() - start > (1ll << 32)) {
-      printf("fused_f2: block %d thread %d stuck on the mbarrier at %u, parity %u\n", blockIdx.x, threadIdx.x, bar, parity);
-      __trap();
-    }
-  }
-}
-// Two floats into a peer's shared memory (cluster addresses), counted on its barrier in bytes.
-__device__ __forceinline__ void st_async_f2(unsigned cluster_addr, float a, float b, unsigned cluster_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
-               :: "r"(cluster_addr), "f"(a), "f"(b), "r"(cluster_bar) : "memory");
-}
 #endif
-
 
 // V of a chunk: [position][channel][tile], rows padded to 72 floats so that an A fragment's four
 // channel rows (8 tiles each) hit distinct banks.
@@ -137,39 +104,6 @@ __device__ __forceinline__ int u_index(int p, int n, int c, int C) {
 // fragments' stores and the output threads' loads (32 tiles of one channel) hit distinct banks.
 __device__ __forceinline__ int m_index(int p, int k, int t) {
   return (p * K_SLICE + k) * (TILES / 2) + (t ^ (((k >> 1) & 3) << 3));
-}
-// A 4x4 window from its first element xc (valid elements: bits 0-15 of `bits`, bit 4 i + j).
-__device__ __forceinline__ void load_window(const float* xc, unsigned bits, int W, float (&d)[4][4]) {
-  if ((bits & 0xFFFFu) == 0xFFFFu) {   // an interior window: no bounds
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d[i][j] = __ldg(xc + i * W + j);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d[i][j] = (bits >> (4 * i + j)) & 1u ? __ldg(xc + i * W + j) : 0.0f;
-  }
-}
-
-// V = B^T d B of F(2x2, 3x3); v[4 i + j].
-__device__ __forceinline__ void input_transform(const float (&d)[4][4], float (&v)[POS]) {
-  float t[4][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    t[0][j] = d[0][j] - d[2][j];
-    t[1][j] = d[1][j] + d[2][j];
-    t[2][j] = d[2][j] - d[1][j];
-    t[3][j] = d[1][j] - d[3][j];
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[4 * i + 0] = t[i][0] - t[i][2];
-    v[4 * i + 1] = t[i][1] + t[i][2];
-    v[4 * i + 2] = t[i][2] - t[i][1];
-    v[4 * i + 3] = t[i][1] - t[i][3];
-  }
 }
 }  // namespace fused
 
@@ -192,25 +126,10 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int slices = K / K_SLICE;
 #if FUSED_CLUSTER > 1
-  // slices == FUSED_CLUSTER (the host builds one per K): the cluster walks the strips.
+  // slices == FUSED_CLUSTER (checked by the host): the cluster walks the strips, CTA rank = slice.
   const int slice = static_cast<int>(cluster_rank());
   const int blocks_per_slice = static_cast<int>(cluster_count());
   const int slot = static_cast<int>(cluster_id());
-  __shared__ __align__(8) unsigned long long full_bar, free_bar;
-  const unsigned full_at = smem_addr(&full_bar), free_at = smem_addr(&free_bar);
-  if (threadIdx.x == 0) {
-    mbar_init(full_at, 1);
-    mbar_init(free_at, FUSED_CLUSTER - 1);
-    mbar_fence_init();
-  }
-  cluster_sync_all();   // every CTA's barriers initialised before any peer uses them
-  constexpr unsigned SHARE_BYTES = POS * (CHUNK / FUSED_CLUSTER) * TILES * 4;   // V a CTA stores a peer, a chunk
-  unsigned chunk_count = 0;   // chunks so far (the barriers' phases)
-  auto release_peers = [&] {  // this CTA has read its V of the chunk: peers may store the next
-    if (threadIdx.x == 0)
-      for (unsigned r = 0; r < FUSED_CLUSTER; ++r)
-        if (r != static_cast<unsigned>(slice)) mbar_arrive_remote(map_rank(free_at, r));
-  };
 #else
   const int slice = blockIdx.x % slices;
   const int blocks_per_slice = gridDim.x / slices;
@@ -262,95 +181,82 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
         for (int j = 0; j < 4; ++j)
           if (ok && oy - 1 + i >= 0 && oy - 1 + i < H && ox - 1 + j >= 0 && ox - 1 + j < W) bits |= 1u << (4 * i + j);
       bits |= (oy + 1 < H ? 1u << 16 : 0u) | (ox + 1 < W ? 1u << 17 : 0u) | (ok ? 1u << 18 : 0u);
-      // Bit 19 (even tiles): this window and the next tile's are interior, side by side in one
-      // tile row, and rows start 8-byte aligned (W even).
-      const bool next_ok = tile + 1 < total_tiles && (rem % tiles_w) + 1 < tiles_w;
-      if (next_ok && (tid & 1) == 0 && (W & 1) == 0 && oy >= 1 && oy + 2 < H && ox >= 1 && ox + 4 < W) bits |= 1u << 19;
       tile_x[tid] = static_cast<long long>(img) * C * plane + (oy - 1) * W + (ox - 1);
       tile_y[tid] = static_cast<long long>(img) * K * plane + oy * W + ox;
       tile_bits[tid] = bits;
     }
     __syncthreads();
     for (int c0 = 0; c0 < C; c0 += CHUNK) {
-#if FUSED_CHUNK == 16
-      // Channel c0 + warp, tiles 2 lane and 2 lane + 1: where both windows are interior and side by
-      // side (tile bit 19), each row's 6 columns by three 8-byte loads and one 4-byte load.  In
-      // the cluster build this CTA's warps 0 .. 16 / S - 1 take channels 16 / S slice ...
 #if FUSED_CLUSTER > 1
-      // Peers store into this chunk's V only after they read the previous one.
-      if (chunk_count > 0 && warp < CHUNK / FUSED_CLUSTER) mbar_wait(free_at, (chunk_count - 1) & 1);
-      if (warp < CHUNK / FUSED_CLUSTER) {
-        const int c_local = (CHUNK / FUSED_CLUSTER) * slice + warp, t0 = 2 * lane;
+      // This CTA's share of the chunk: channels c0 + slice * CHANNELS_A_CTA ..., tile tid % 64;
+      // V = B^T d B into the shared memory of every CTA of the cluster.
+      constexpr int CHANNELS_A_CTA = CHUNK / FUSED_CLUSTER;
+      static_assert(CHUNK % FUSED_CLUSTER == 0 && TILES * CHANNELS_A_CTA <= THREADS, "cluster share");
+      if (tid < TILES * CHANNELS_A_CTA) {
+        const int t_in = tid % TILES;
+        const int c_local = slice * CHANNELS_A_CTA + tid / TILES;
 #else
-      {
-        const int c_local = warp, t0 = 2 * lane;
+      // Channel c0 + warp of tiles lane and lane + 32: 4x4 input windows, V = B^T d B to shared memory.
+      const int c_local = warp % CHUNK;
+      constexpr int PASSES = TILES * CHUNK / THREADS;
+#pragma unroll 1
+      for (int pass = 0; pass < PASSES; ++pass) {
+        const int t_in = lane + 32 * (warp / CHUNK + (THREADS / 256) * pass);
 #endif
-        const unsigned bits0 = tile_bits[t0];
-        float va[POS], vb[POS];
-        if (bits0 & (1u << 19)) {
-          const float* xc = x + tile_x[t0] + (c0 + c_local) * plane;
-          float da[4][4], db[4][4];
+        const float* xc = x + tile_x[t_in] + (c0 + c_local) * plane;
+        const unsigned valid = tile_bits[t_in] & 0xFFFFu;
+        float d[4][4];
+        if (valid == 0xFFFFu) {   // an interior window: no bounds
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float* r = xc + i * W;
-            const float2 f0 = __ldg(reinterpret_cast<const float2*>(r - 1));
-            const float2 f1 = __ldg(reinterpret_cast<const float2*>(r + 1));
-            const float2 f2 = __ldg(reinterpret_cast<const float2*>(r + 3));
-            const float f3 = __ldg(r + 5);
-            da[i][0] = f0.y; da[i][1] = f1.x; da[i][2] = f1.y; da[i][3] = f2.x;
-            db[i][0] = f1.y; db[i][1] = f2.x; db[i][2] = f2.y; db[i][3] = f3;
-          }
-          input_transform(da, va);
-          input_transform(db, vb);
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) d[i][j] = __ldg(xc + i * W + j);
         } else {
-          float d[4][4];
-          load_window(x + tile_x[t0] + (c0 + c_local) * plane, bits0, W, d);
-          input_transform(d, va);
-          load_window(x + tile_x[t0 + 1] + (c0 + c_local) * plane, tile_bits[t0 + 1], W, d);
-          input_transform(d, vb);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) d[i][j] = (valid >> (4 * i + j)) & 1u ? __ldg(xc + i * W + j) : 0.0f;
+        }
+        float t[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          t[0][j] = d[0][j] - d[2][j];
+          t[1][j] = d[1][j] + d[2][j];
+          t[2][j] = d[2][j] - d[1][j];
+          t[3][j] = d[1][j] - d[3][j];
         }
 #pragma unroll
-        for (int p = 0; p < POS; ++p) {
-          float* const at = Vs + v_index(p, c_local, t0);
-          *reinterpret_cast<float2*>(at) = make_float2(va[p], vb[p]);
+        for (int i = 0; i < 4; ++i) {
+          const float v[4] = {t[i][0] - t[i][2], t[i][1] + t[i][2], t[i][2] - t[i][1], t[i][1] - t[i][3]};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
 #if FUSED_CLUSTER > 1
+            const unsigned at = smem_addr(Vs + v_index(4 * i + j, c_local, t_in));
 #pragma unroll
-          for (unsigned r = 1; r < FUSED_CLUSTER; ++r) {
-            const unsigned peer = (static_cast<unsigned>(slice) + r) % FUSED_CLUSTER;
-            st_async_f2(map_rank(smem_addr(at), peer), va[p], vb[p], map_rank(full_at, peer));
-          }
-#endif
-        }
-      }
+            for (int r = 0; r < FUSED_CLUSTER; ++r) st_cluster(map_rank(at, r), v[j]);
 #else
-      // Channel c0 + warp % 8 of tile lane + 32 (warp / 8): its 4x4 window, V = B^T d B to shared memory.
-      {
-        const int c_local = warp % CHUNK, t_in = lane + 32 * (warp / CHUNK);
-        float d[4][4], v[POS];
-        load_window(x + tile_x[t_in] + (c0 + c_local) * plane, tile_bits[t_in], W, d);
-        input_transform(d, v);
-#pragma unroll
-        for (int p = 0; p < POS; ++p) Vs[v_index(p, c_local, t_in)] = v[p];
+            Vs[v_index(4 * i + j, c_local, t_in)] = v[j];
+#endif
+          }
+        }
       }
-#endif
-      __syncthreads();
 #if FUSED_CLUSTER > 1
-      if (threadIdx.x == 0) mbar_arrive_expect(full_at, (FUSED_CLUSTER - 1) * SHARE_BYTES);
-      mbar_wait(full_at, chunk_count & 1);   // the peers' channels of the chunk are here too
+      cluster_sync();   // every CTA's V complete
 #endif
-#pragma unroll
-      for (int kk = 0; kk < CHUNK / 8; ++kk)
+#if FUSED_CLUSTER == 1
+      __syncthreads();
+#endif
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int p = 2 * pair + q;
         unsigned b_big[2][2], b_small[2][2];
         {
           unsigned raw[4];
-          ldmatrix_x4(raw, us_base + 4u * ((p * K_SLICE + b_row) * C + (((((c0 + 8 * kk) >> 2) + b_hi) ^ b_swizzle) << 2)));
+          ldmatrix_x4(raw, us_base + 4u * ((p * K_SLICE + b_row) * C + ((((c0 >> 2) + b_hi) ^ b_swizzle) << 2)));
 #pragma unroll
           for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(raw[i]), b_big[i >> 1][i & 1], b_small[i >> 1][i & 1]);
         }
-        const float* Vp = Vs + v_index(p, 8 * kk + t4, g);
+        const float* Vp = Vs + v_index(p, t4, g);
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           unsigned a_big[4], a_small[4];
@@ -365,10 +271,10 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
           }
         }
       }
-      __syncthreads();
 #if FUSED_CLUSTER > 1
-      if (c0 + CHUNK < C) release_peers();   // the last chunk's V is released after the output (M over it)
-      ++chunk_count;
+      cluster_sync();   // no CTA reads this chunk's V any more: the next may be stored
+#else
+      __syncthreads();
 #endif
     }
 
@@ -414,10 +320,7 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
       __syncthreads();
     }
 #if FUSED_CLUSTER > 1
-    release_peers();
+    cluster_sync();   // M (over V) read: the cluster may store the next strip's V here
 #endif
   }
-#if FUSED_CLUSTER > 1
-  cluster_sync_all();   // no peer stores into this CTA or arrives on its barriers after it exits
-#endif
 }

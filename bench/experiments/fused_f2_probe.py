@@ -7,7 +7,7 @@ Checks first: relative L2 error against a float64 convolution (PyTorch on the GP
 and on two images of each layer, outputs poisoned with NaN before each run.  Then CUDA-event
 medians at the suite's batch, inputs rotated past the L2.
 
-    python3 bench/experiments/fused_f2_probe.py --json /tmp/fused.json
+    python3 bench/experiments/fused_f2_probe.py --k-slice 32 --json /tmp/fused.json   # the fastest build
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np
 TILES = 64
 
 
-def filter_slices(w: np.ndarray, k_slice: int = 32) -> np.ndarray:
+def filter_slices(w: np.ndarray, k_slice: int = 16) -> np.ndarray:
     """U of weights w [K][C][3][3] as the kernel reads it: [K / k_slice][16][k_slice][C] float32."""
     K, C = w.shape[:2]
     u = np.einsum("ia,kcab,jb->ijkc", G, w.astype(np.float64), G)      # [4][4][K][C]
@@ -33,44 +33,45 @@ def filter_slices(w: np.ndarray, k_slice: int = 32) -> np.ndarray:
 
 
 class Fused:
-    def __init__(self, defines=(), chunk: int = 16, cluster: bool = False):
+    def __init__(self, defines=(), cluster: bool = False, k_slice: int = 16):
         import cupy
         self.cp = cupy
-        self.k_slice, self.threads, self.blocks_per_sm, self.chunk = 32, 512, 1, chunk
         self.code = (HERE / "fused_f2.cu").read_text()
-        self.defines = ("-std=c++17", f"-DFUSED_CHUNK={chunk}", *defines)
+        self.k_slice, self.threads, self.blocks_per_sm = k_slice, 16 * k_slice, 32 // k_slice
+        self.defines = (f"-DFUSED_K_SLICE={k_slice}", *defines)
         self.cluster = cluster
         self.functions = {}
         self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
     def function(self, K: int):
-        """The kernel for K output channels: with ``cluster``, the build whose clusters have one CTA
-        a 32-channel slice (FUSED_CLUSTER = K / 32), else the one build."""
+        """The kernel for K output channels: with ``cluster``, a build whose clusters have one CTA
+        per 16-channel slice (FUSED_CLUSTER = K / 16)."""
         size = K // self.k_slice if self.cluster else 1
         if size not in self.functions:
-            mod = self.cp.RawModule(code=self.code, options=(*self.defines, f"-DFUSED_CLUSTER={size}"))
+            mod = self.cp.RawModule(code=self.code, options=("-std=c++17", f"-DFUSED_CLUSTER={size}", *self.defines))
             fn = mod.get_function("fused_f2")
             fn.max_dynamic_shared_size_bytes = self.smem_bytes(64)
             self.functions[size] = (mod, fn)
-        return self.functions[size][1]
+        return size, self.functions[size][1]
 
     def smem_bytes(self, C: int) -> int:
         """U slice, then a chunk's V (rows of 64 tiles padded to 72) or, over it, half a strip's M,
         then the strip's tile table (two 64-bit offsets and a 32-bit mask a tile)."""
-        return 4 * (16 * self.k_slice * C + max(16 * self.chunk * (TILES + 8), 16 * self.k_slice * TILES // 2)) + TILES * 20
+        return 4 * (16 * self.k_slice * C + max(16 * 8 * (TILES + 8), 16 * self.k_slice * TILES // 2)) + TILES * 20
 
     def check_shape(self, N, C, K, H, W):
         if C % 32 or C > 64 or K % self.k_slice or max(C, K) * H * W >= 2 ** 31:
             raise ValueError(f"the fused probe takes C in (32, 64) and K a multiple of {self.k_slice}, got C={C} K={K}")
+        if self.cluster and (8 % (K // self.k_slice) or self.blocks_per_sm * self.sms % (K // self.k_slice)):
+            raise ValueError(f"the cluster build takes K / {self.k_slice} in (1, 2, 4, 8), got K={K}")
 
     def __call__(self, x, u, y):
         N, C, H, W = x.shape
         K = y.shape[1]
         self.check_shape(N, C, K, H, W)
         smem = self.smem_bytes(C)
-        if self.cluster and (self.chunk != 16 or (K // self.k_slice) not in (1, 2, 4) or self.sms % (K // self.k_slice)):
-            raise ValueError(f"the cluster build takes --chunk 16 and K / 32 in (1, 2, 4), got K={K}")
-        self.function(K)((self.blocks_per_sm * self.sms,), (self.threads,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
+        _, fn = self.function(K)
+        fn((self.blocks_per_sm * self.sms,), (self.threads,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
                 shared_mem=smem)
 
 
@@ -83,8 +84,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="resnet50.conv2_x,vgg16.conv1_2,yolov3.res1,yolov3.res2")
     ap.add_argument("--define", action="append", default=[], help="a -D option for fused_f2.cu (repeatable)")
-    ap.add_argument("--chunk", type=int, default=16, choices=(8, 16), help="channels between two barriers")
-    ap.add_argument("--cluster", action="store_true", help="clusters of K / 32 CTAs share each chunk's V (--chunk 16)")
+    ap.add_argument("--cluster", action="store_true", help="one CTA a K slice, clusters sharing V")
+    ap.add_argument("--k-slice", type=int, default=16, choices=(16, 32), help="output channels a block")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", type=pathlib.Path)
     args = ap.parse_args(argv)
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
     from megawino.core.suite import load_suite, select_specs
     from megawino.gpu.timing import rotated_inputs, time_cuda_stats
 
-    fused = Fused(args.define, args.chunk, args.cluster)
+    fused = Fused(args.define, args.cluster, args.k_slice)
     T = lambda a: torch.as_tensor(a, device="cuda")   # noqa: E731 (zero-copy view of a CuPy array)
     rng = np.random.default_rng(0)
     result = {"argv": sys.argv[1:], "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
