@@ -731,7 +731,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
         split_a();
       }
       float part[WG_N / 2];
-      wgmma_fence_a(a_big, a_small);
+      wgmma_fence();
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         unsigned long long b_big, b_small;

@@ -154,13 +154,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-// The fence with the A fragments it orders as operands, so that the compiler computes them before it.
-__device__ __forceinline__ void wgmma_fence_a(unsigned (&a)[2][4], unsigned (&b)[2][4]) {
-  asm volatile("wgmma.fence.sync.aligned;\n"
-               : "+r"(a[0][0]), "+r"(a[0][1]), "+r"(a[0][2]), "+r"(a[0][3]), "+r"(a[1][0]), "+r"(a[1][1]), "+r"(a[1][2]), "+r"(a[1][3]),
-                 "+r"(b[0][0]), "+r"(b[0][1]), "+r"(b[0][2]), "+r"(b[0][3]), "+r"(b[1][0]), "+r"(b[1][1]), "+r"(b[1][2]), "+r"(b[1][3])
-               :: "memory");
-}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Keeps the compiler from touching accumulators across an asynchronous MMA.
