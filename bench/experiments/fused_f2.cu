@@ -16,8 +16,9 @@
 //
 // x NCHW [N][C][H][W], y NCHW [N][K][H][W] (3x3, stride 1, padding 1), U [K / K_SLICE][16][K_SLICE][C] fp32.
 
-// FUSED_CLUSTER=S (> 1): S CTAs a cluster, one per 16-channel slice of K = 16 S; each window is
-// transformed once, by one CTA of the cluster, and its V stored into every CTA's shared memory.
+// FUSED_CLUSTER=S (> 1; v5, measured 2x slower than without): S CTAs a cluster, one per K slice
+// (K = S K_SLICE); each window is transformed once, by one CTA of the cluster, and its V stored
+// into every CTA's shared memory between two cluster barriers a chunk.
 #ifndef FUSED_CLUSTER
 #define FUSED_CLUSTER 1
 #endif
@@ -31,7 +32,6 @@ namespace fused {
 constexpr int K_SLICE = FUSED_K_SLICE;
 constexpr int THREADS = 16 * K_SLICE;
 constexpr int BLOCKS_PER_SM = 32 / K_SLICE;
-constexpr int K_HALVES = K_SLICE / 16;             // warps that share a position pair
 constexpr int TILES = 64;         // tiles a strip
 constexpr int CHUNK = 8;          // channels a k8 step
 constexpr int POS = 16;
