@@ -23,7 +23,13 @@
 #define FUSED_CLUSTER 1
 #endif
 
+// split_tf32 (3xTF32's split) and smem_addr are the package's (cuda/gemm.cuh, ptx.cuh: the probe
+// compiles with -I at megawino's cuda folder).
+#include "gemm.cuh"
+
 namespace fused {
+using mw::smem_addr;
+using mw::split_tf32;
 // FUSED_K_SLICE: output channels a block, 16 (two blocks of 256 threads an SM) or 32 (one block of
 // 512: each window is transformed K / 32 times instead of K / 16).
 #ifndef FUSED_K_SLICE
@@ -40,14 +46,9 @@ constexpr int V_FLOATS = POS * CHUNK * V_ROW;          // a chunk's V
 constexpr int M_FLOATS = POS * K_SLICE * (TILES / 2);  // half a strip's M, over V
 constexpr int VM_FLOATS = V_FLOATS > M_FLOATS ? V_FLOATS : M_FLOATS;
 
-__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
-  const unsigned bits = __float_as_uint(x);
-  big = (bits + 0x1000u) & 0xFFFFE000u;   // round to nearest (ties away), 10 mantissa bits
-  const float rest = x - __uint_as_float(big);
-  small = __float_as_uint(rest) & 0xFFFFE000u;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+// mw::mma_tf32 as a volatile asm, the form every build of docs/experiments.md 115 was measured
+// with (the cluster build schedules differently with the package's non-volatile one).
+__device__ __forceinline__ void mma_tf32_in_order(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -58,9 +59,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 #if FUSED_CLUSTER > 1
 // Thread-block cluster helpers (sm_90): this CTA's rank, a shared address in CTA `rank`, a store
@@ -265,9 +263,9 @@ fused_f2(const float* __restrict__ x, const float* __restrict__ U, float* __rest
           for (int i = 0; i < 4; ++i) split_tf32(raw[i], a_big[i], a_small[i]);
 #pragma unroll
           for (int n = 0; n < 2; ++n) {
-            mma_tf32(acc[q][m][n], a_small, b_big[n][0], b_big[n][1]);
-            mma_tf32(acc[q][m][n], a_big, b_small[n][0], b_small[n][1]);
-            mma_tf32(acc[q][m][n], a_big, b_big[n][0], b_big[n][1]);
+            mma_tf32_in_order(acc[q][m][n], a_small, b_big[n][0], b_big[n][1]);
+            mma_tf32_in_order(acc[q][m][n], a_big, b_small[n][0], b_small[n][1]);
+            mma_tf32_in_order(acc[q][m][n], a_big, b_big[n][0], b_big[n][1]);
           }
         }
       }

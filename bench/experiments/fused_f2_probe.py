@@ -19,6 +19,8 @@ import sys
 
 import numpy as np
 
+from megawino.core.resources import cuda_dir
+
 HERE = pathlib.Path(__file__).resolve().parent
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
 TILES = 64
@@ -45,14 +47,15 @@ class Fused:
 
     def function(self, K: int):
         """The kernel for K output channels: with ``cluster``, a build whose clusters have one CTA
-        per 16-channel slice (FUSED_CLUSTER = K / 16)."""
+        per K slice (FUSED_CLUSTER = K / k_slice)."""
         size = K // self.k_slice if self.cluster else 1
         if size not in self.functions:
-            mod = self.cp.RawModule(code=self.code, options=("-std=c++17", f"-DFUSED_CLUSTER={size}", *self.defines))
+            mod = self.cp.RawModule(code=self.code, options=("-std=c++17", f"-I{cuda_dir()}", f"-DFUSED_CLUSTER={size}",
+                                                             *self.defines))
             fn = mod.get_function("fused_f2")
             fn.max_dynamic_shared_size_bytes = self.smem_bytes(64)
             self.functions[size] = (mod, fn)
-        return size, self.functions[size][1]
+        return self.functions[size][1]
 
     def smem_bytes(self, C: int) -> int:
         """U slice, then a chunk's V (rows of 64 tiles padded to 72) or, over it, half a strip's M,
@@ -70,14 +73,8 @@ class Fused:
         K = y.shape[1]
         self.check_shape(N, C, K, H, W)
         smem = self.smem_bytes(C)
-        _, fn = self.function(K)
-        fn((self.blocks_per_sm * self.sms,), (self.threads,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
+        self.function(K)((self.blocks_per_sm * self.sms,), (self.threads,), (x, u, y, np.int32(N), np.int32(C), np.int32(K), np.int32(H), np.int32(W)),
                 shared_mem=smem)
-
-
-def rel_l2(out, ref) -> float:
-    d = (out.double() - ref).norm().item()
-    return d / max(ref.norm().item(), 1e-300)
 
 
 def main(argv=None) -> int:
@@ -95,7 +92,7 @@ def main(argv=None) -> int:
     from megawino import runtime
     from megawino.core.spec import LayerSpec
     from megawino.core.suite import load_suite, select_specs
-    from megawino.gpu.timing import rotated_inputs, time_cuda_stats
+    from megawino.gpu.timing import gpu_rel_l2, rotated_inputs, time_cuda_stats
 
     fused = Fused(args.define, args.cluster, args.k_slice)
     T = lambda a: torch.as_tensor(a, device="cuda")   # noqa: E731 (zero-copy view of a CuPy array)
@@ -110,7 +107,7 @@ def main(argv=None) -> int:
         fused(cupy.asarray(x), cupy.asarray(filter_slices(w, fused.k_slice)), y)
         ref = torch.nn.functional.conv2d(torch.as_tensor(x, device="cuda").double(),
                                          torch.as_tensor(w, device="cuda").double(), padding=1)
-        err = rel_l2(T(y), ref)
+        err = gpu_rel_l2(y, cupy.asarray(ref))   # a zero-copy view of PyTorch's float64 output
         ok = bool(math.isfinite(err) and err < tol)
         result["checks"].append({"shape": spec.shape_string, "rel_l2_vs_f64": err, "ok": ok})
         print(f"check {spec.shape_string:28} rel. L2 vs float64 {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
