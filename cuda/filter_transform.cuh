@@ -4,7 +4,8 @@
 // consecutive pairs, so the U stores are coalesced.  Split operands (MW_SPLIT_OPERANDS) keep U
 // transposed, [alpha2][k_stride][c_stride] in split BF16 rows: there pair q is k * c_stride + c.
 // The paired format (MW_U_PAIRED) keeps U transposed too, pair q at row k, stored position
-// q - k * c_stride, whose channel is paired_channel of it within its 16.
+// q - k * c_stride, whose channel is paired_channel of it within its 16.  Plans with GEMM_OUTPUT
+// tasks (p.u_transposed) keep it transposed in channel order: pair q is k * c_stride + c.
 #pragma once
 
 #include "generated_tasks.cuh"
@@ -20,23 +21,18 @@ __device__ __forceinline__ void filter_transform_task(const Params& p, const flo
   const long long q0 = static_cast<long long>(index) * p.filter_pairs_per_task;
   const long long q1 = min(pairs, q0 + p.filter_pairs_per_task);
   const int C = static_cast<int>(p.C), K = static_cast<int>(p.K);
-#if MW_SPLIT_OPERANDS || MW_U_PAIRED
   const int c_stride = static_cast<int>(p.c_stride);
-#else
   const int k_stride = static_cast<int>(p.k_stride);
-#endif
+  const bool transposed = MW_SPLIT_OPERANDS || MW_U_PAIRED || p.u_transposed != 0;
   float* U = reinterpret_cast<float*>(p.U);
   for (long long q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
-#if MW_SPLIT_OPERANDS
-    const int k = static_cast<int>(q / c_stride);
-    const int c = static_cast<int>(q - static_cast<long long>(k) * c_stride);
-#elif MW_U_PAIRED
-    const int k = static_cast<int>(q / c_stride);
-    const int stored = static_cast<int>(q - static_cast<long long>(k) * c_stride);
-    const int c = (stored & ~15) + paired_channel(stored & 15);
+    const int row = static_cast<int>(q / (transposed ? c_stride : k_stride));
+    const int col = static_cast<int>(q - static_cast<long long>(row) * (transposed ? c_stride : k_stride));
+    const int k = transposed ? row : col;
+#if MW_U_PAIRED
+    const int c = p.u_transposed ? col : (col & ~15) + paired_channel(col & 15);
 #else
-    const int c = static_cast<int>(q / k_stride);
-    const int k = static_cast<int>(q - static_cast<long long>(c) * k_stride);
+    const int c = transposed ? col : row;
 #endif
     float u[A * A];
     if (c < C && k < K) {

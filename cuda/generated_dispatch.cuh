@@ -7,6 +7,7 @@
 #include "input_transform.cuh"
 #include "gemm.cuh"
 #include "output_transform.cuh"
+#include "gemm_output.cuh"
 
 namespace mw {
 
@@ -19,6 +20,7 @@ __device__ __forceinline__ void run_task(const Params& p, const float* x, const 
     case TASK_INPUT: input_transform_task<MW_M, MW_NHWC != 0, 1>(p, x, group, index, smem.floats); break;
     case TASK_GEMM: gemm_task(p, smem, group, index); break;
     case TASK_OUTPUT: output_transform_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats); break;
+    case TASK_GEMM_OUTPUT: gemm_output_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats); break;
     default: __trap();
   }
 }

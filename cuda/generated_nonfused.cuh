@@ -7,6 +7,7 @@
 #include "input_transform.cuh"
 #include "gemm.cuh"
 #include "output_transform.cuh"
+#include "gemm_output.cuh"
 
 namespace mw {
 // The record of the task this block runs: task ids of one type are contiguous.
@@ -51,4 +52,14 @@ mw_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task
   const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
   const int group = rec[REC_GROUP], index = rec[REC_INDEX];
   output_transform_registers<MW_M, MW_NHWC != 0>(p, y, group, index);
+}
+
+extern "C" __global__ void __launch_bounds__(mw::BLOCK_THREADS, 2)
+mw_gemm_output_kernel(const mw::Params* __restrict__ params, float* y, int first_task) {
+  using namespace mw;
+  GemmSmem& smem = gemm_smem();
+  const Params& p = *params;
+  const int* rec = task_record(p, first_task, static_cast<int>(blockIdx.x));
+  const int group = rec[REC_GROUP], index = rec[REC_INDEX];
+  gemm_output_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats);
 }

@@ -8,6 +8,7 @@ enum TaskType : int {
   TASK_INPUT = 1,
   TASK_GEMM = 2,
   TASK_OUTPUT = 3,
+  TASK_GEMM_OUTPUT = 4,
 };
 
 constexpr int BLOCK_THREADS = 256;   // threads of every Winograd kernel's block
@@ -18,6 +19,8 @@ constexpr int CHANNEL_ALIGN = 16;
 constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int GEMM_TILE_COLS = 64;
+constexpr int GEMM_OUTPUT_CHANNELS = 32;   // output channels of a GEMM_OUTPUT task
+constexpr int GEMM_OUTPUT_MAX_C_STRIDE = 64;
 constexpr int COUNTER_STRIDE = 32;
 // abi.PAIRED_CHANNELS, 4 bits an entry: the channel at stored position i of 16 in a paired U row.
 constexpr unsigned long long PAIRED_CHANNELS_PACKED = 0xfb73ea62d951c840ull;
@@ -76,6 +79,7 @@ struct Params {
   long long num_tasks;
   long long num_counters;
   long long timeout_ns;  // watchdog limit of one wait
+  long long u_transposed;  // 1: the filter tasks write U as [alpha2][k_stride][c_stride] in channel order (operand format float32_u_transposed: TaskParams.fused_output)
 };
 
 // Scheduler state words (megawino/core/abi.py STATE_LINES), one per 128-byte line.

@@ -188,7 +188,7 @@ def test_ring_waits_and_counters():
 def test_automatic_ring_only_where_whole_buffers_crowd_the_gpu():
     """plan(ring_buffers=None) rings V and M when they would take more than RING_MEMORY_SHARE of
     the GPU's memory: VGG-16 conv1_2 at batch 64 (3.7 GB) not on 80 GB, at batch 1024 it does."""
-    from megawino.gpu.winograd_plan import RING_MEMORY_SHARE, workspace_needs_ring
+    from megawino.gpu.workspace import RING_MEMORY_SHARE, workspace_needs_ring
     from megawino.core.tasks import Layout
     spec = LayerSpec(64, 64, 64, 224, 224)
     params = TaskParams(tiles_per_group=256, input_channels_per_task=32, gemm_k_per_task=64)

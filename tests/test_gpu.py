@@ -287,9 +287,9 @@ def test_ring_buffers_bitwise(layout, gemm_math, monkeypatch):
     assert p.params.buffer_groups == ring and "ring of" in repr(p)
     assert bool((_run(p, xd, wd) == ref).all()), "plan(ring_buffers=True) differs"
     # Automatic (the default): a ring only where whole V and M would crowd the GPU's memory.
-    from megawino.gpu import winograd_plan
+    from megawino.gpu import workspace
     assert not megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math).task_layout.ring
-    monkeypatch.setattr(winograd_plan, "RING_MEMORY_SHARE", 1e-9)
+    monkeypatch.setattr(workspace, "RING_MEMORY_SHARE", 1e-9)
     auto = megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math)
     assert auto.task_layout.buffer_groups == ring and bool((_run(auto, xd, wd) == ref).all())
     assert not megawino.plan(spec, params=params, mapping=mp, gemm_math=gemm_math,

@@ -14,7 +14,8 @@ from megawino.cpu.executor import execute
 from megawino.schedule.simulator import CostModel, simulate, task_work
 from megawino.core.spec import LayerSpec
 from megawino.core.task_sizes import build_graph
-from megawino.core.tasks import NO_COUNTER, TASK_RECORD_FIELDS, TaskGraph, TaskParams, TaskType
+from megawino.core.task_graph import TaskGraph
+from megawino.core.tasks import NO_COUNTER, TASK_RECORD_FIELDS, TaskParams, TaskType
 from megawino.schedule.timeline import render
 
 SPEC = LayerSpec(3, 20, 12, 30, 26)
@@ -161,7 +162,7 @@ def test_builtin_entries_are_the_task_types():
     kinds = task_types.registered()
     assert [(int(k.code), k.name) for k in kinds] == [(int(t), t.name) for t in TaskType]
     assert len({k.letter for k in kinds}) == len(kinds) and len({k.color for k in kinds}) == len(kinds)
-    assert [k.kernel_array for k in kinds] == ["w", "x", None, "y"]
+    assert [k.kernel_array for k in kinds] == ["w", "x", None, "y", "y"]
     assert all(k.on_device for k in kinds)
 
 

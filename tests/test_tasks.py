@@ -254,5 +254,5 @@ def test_task_params_have_upper_bounds(field, value):
 def test_task_param_limits_keep_transform_work_items_in_int32():
     from megawino.core.tasks import INT32_MAX, MAX_CHANNELS_PER_TASK, MAX_TILES_PER_GROUP, TASK_PARAM_LIMITS
     assert MAX_TILES_PER_GROUP * MAX_CHANNELS_PER_TASK < INT32_MAX
-    assert set(TASK_PARAM_LIMITS) == {f.name for f in dataclasses.fields(TaskParams)} - {"m"}
+    assert set(TASK_PARAM_LIMITS) == {f.name for f in dataclasses.fields(TaskParams)} - {"m", "fused_output"}
     small_params(tiles_per_group=MAX_TILES_PER_GROUP, input_channels_per_task=MAX_CHANNELS_PER_TASK)

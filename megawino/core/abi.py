@@ -23,7 +23,10 @@ from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 # are one core-matrix row of the tensor cores' B operand; "split_bf16" (the BF16x3 build on
 # warpgroup MMAs, MW_SPLIT_OPERANDS) keeps V rows as split_bf16 words and U transposed, its rows
 # likewise, so that both GEMM operands are K-major BF16 the tensor cores read from shared memory.
-OPERAND_FORMATS = ("float32", "float32_u_paired", "split_bf16")
+# "float32_u_transposed" (plans with GEMM_OUTPUT tasks, Params::u_transposed) keeps U as
+# [alpha2][k_stride][c_stride] in channel order, so that a GEMM_OUTPUT task's B fragment of four
+# consecutive channels is one 16-byte load.
+OPERAND_FORMATS = ("float32", "float32_u_paired", "float32_u_transposed", "split_bf16")
 # Stored position i of each 16 channels of a "float32_u_paired" U row holds channel
 # PAIRED_CHANNELS[i] of them: position 8 q + l is the k8 step q's logical k l, which the A
 # fragment (cuda/gemm.cuh split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
@@ -33,10 +36,13 @@ _PAIRED_POSITIONS = [PAIRED_CHANNELS.index(c) for c in range(16)]   # the stored
 
 def filter_matrices(u, operand_format: str):
     """U (a NumPy or CuPy array, ``Layout.u_shape``) as [alpha2][c_stride][k_stride] float32
-    matrices: a view of "float32" U, a copy of "float32_u_paired" U in channel order (ValueError
+    matrices: a view of "float32" or "float32_u_transposed" U, a copy of "float32_u_paired" U in
+    channel order (ValueError
     for "split_bf16": see unsplit_bf16)."""
     if operand_format == "float32":
         return u
+    if operand_format == "float32_u_transposed":
+        return u.transpose(0, 2, 1)
     if operand_format != "float32_u_paired":
         raise ValueError(f"no float32 filter matrices in operand format {operand_format!r}")
     alpha2, c_stride, k_stride = u.shape
@@ -95,6 +101,8 @@ PARAM_FIELDS = (
     ("input_tiles_per_task", ""), ("output_tiles_per_task", ""),
     ("num_tasks", ""), ("num_counters", ""),
     ("timeout_ns", "watchdog limit of one wait"),
+    ("u_transposed", "1: the filter tasks write U as [alpha2][k_stride][c_stride] in channel order "
+                     "(operand format float32_u_transposed: TaskParams.fused_output)"),
 )
 
 # The direct kernel's arguments: scalars (CuPy passes no structs), each a field of

@@ -12,9 +12,10 @@ import dataclasses
 import numpy as np
 
 from .spec import LayerSpec
-from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, INT32_MAX, K_ALIGN, LANE_CHANNELS,
-                    NO_COUNTER, TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES, Layout, TaskGraph,
-                    TaskParams, TaskType, round_up)
+from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, GEMM_OUTPUT_MAX_C_STRIDE, INT32_MAX, K_ALIGN,
+                    LANE_CHANNELS, NO_COUNTER, TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES, Layout, TaskParams,
+                    TaskType, round_up)
+from .task_graph import TaskGraph
 from .winograd import tiles_for
 
 GEMM_WIDE_K = 128        # default_params' GEMM task width: fewer V re-reads than 64-channel tasks
@@ -106,6 +107,9 @@ def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = N
     if not isinstance(params, TaskParams):
         raise ValueError(f"params must be TaskParams, got {type(params).__name__}")
     layout = Layout(spec, params)
+    if params.fused_output and layout.c_stride > GEMM_OUTPUT_MAX_C_STRIDE:
+        raise ValueError(f"TaskParams.fused_output takes layers of up to {GEMM_OUTPUT_MAX_C_STRIDE} (padded) input "
+                         f"channels, got {spec.describe()} (c_stride {layout.c_stride})")
     limits = [
         ("C (channels)", spec.C), ("K (output channels)", spec.K), ("H", spec.H), ("W", spec.W),
         ("padding", spec.padding), ("padded channels (c_stride)", layout.c_stride),
@@ -158,8 +162,10 @@ def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
     reused = lambda g: g >= ring  # noqa: E731
     inputs = block(TaskType.INPUT, s_i, lambda g: np.where(reused(g), 1 + groups + g - ring, NO_COUNTER),
                    lambda g: np.where(reused(g), s_g, 0), none, 0, lambda g: 1 + g)
-    gemms = block(TaskType.GEMM, s_g, lambda g: np.where(reused(g), 1 + 2 * groups + g - ring, 0),
-                  lambda g: np.where(reused(g), s_o, n_f), lambda g: 1 + g, s_i, lambda g: 1 + groups + g)
+    # GEMM_OUTPUT tasks (fused_output) signal nothing: no task reads what they write.
+    gemms = block(layout.product_type, s_g, lambda g: np.where(reused(g), 1 + 2 * groups + g - ring, 0),
+                  lambda g: np.where(reused(g), s_o, n_f), lambda g: 1 + g, s_i,
+                  none if params.fused_output else (lambda g: 1 + groups + g))
     outputs = block(TaskType.OUTPUT, s_o, lambda g: 1 + groups + g, s_g, none, 0,
                     (lambda g: 1 + 2 * groups + g) if layout.ring else none)
     records = np.ascontiguousarray(np.concatenate([filters, inputs, gemms, outputs]), dtype=np.int32)

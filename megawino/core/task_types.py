@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .stages import filter_transform, gemm, input_transform, output_transform
+from .stages import filter_transform, gemm, gemm_output, input_transform, output_transform
 from .tasks import LANE_CHANNELS, TaskType
 
 # What a non-fused kernel takes besides the parameters: the layer's array of that role.
@@ -127,6 +127,18 @@ def output_work(layout, group, index):
     return t * kch * 2 * (m * a * a + m * m * a), t * kch * 4 * (a * a + m * m)
 
 
+def gemm_output_work(layout, group, index):
+    """Every position's GEMM of a K block (2*alpha^2*t*C*kw flops; reads alpha^2 (t*C + C*kw)
+    floats), then the output transform of its real channels (output_work's, writes m*m floats):
+    no M traffic."""
+    p, a, m = layout.params, layout.alpha, layout.params.m
+    kw = _width(index * p.gemm_k_per_task, p.gemm_k_per_task, layout.k_stride)
+    kch = _width(index * p.gemm_k_per_task, p.gemm_k_per_task, layout.spec.K)
+    t, c = p.tiles_per_group, float(layout.c_stride)
+    flops = 2.0 * a * a * t * c * kw + t * kch * 2 * (m * a * a + m * m * a)
+    return flops, 4.0 * (a * a * (t * c + c * kw) + t * kch * m * m)
+
+
 _BUILT_IN = (
     TaskTypeInfo(TaskType.FILTER, "FILTER", "filter", "F", "magenta", filter_transform.run_task, filter_work,
                  header="filter_transform.cuh",
@@ -152,6 +164,12 @@ _BUILT_IN = (
                  device_call="output_transform_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats)",
                  nonfused_call="output_transform_registers<MW_M, MW_NHWC != 0>(p, y, group, index)",
                  kernel_array="y"),
+    TaskTypeInfo(TaskType.GEMM_OUTPUT, "GEMM_OUTPUT", "GEMM + output", "P", "yellow", gemm_output.run_task,
+                 gemm_output_work, index_label="K block", header="gemm_output.cuh",
+                 device_call="gemm_output_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats)",
+                 nonfused_call="gemm_output_task<MW_M, MW_NHWC != 0>(p, y, group, index, smem.floats)",
+                 kernel_array="y", nonfused_shared="GemmSmem& smem = gemm_smem();", nonfused_gemm_smem=True,
+                 nonfused_min_blocks=2),
 )
 
 _REGISTRY: dict[int, TaskTypeInfo] = {int(info.code): info for info in _BUILT_IN}

@@ -1,4 +1,5 @@
-"""Task types, task parameters, buffer layout and the task graph.
+"""Task types, task parameters and the buffer layout (the graph of one layer:
+:mod:`megawino.core.task_graph`).
 
 This module is the single source of truth shared by the CPU executor, the
 simulator, the mapping validator and the CUDA megakernel (whose task-type codes,
@@ -10,7 +11,10 @@ section 5.1).  Tiles are split into ``num_groups`` groups of ``tiles_per_group``
 tiles; per group there are ``inputs_per_group`` input-transform tasks (channel
 chunks x tile parts), ``gemms_per_group`` GEMM tasks (one per transform position and K block)
 and ``outputs_per_group`` output-transform tasks (K chunks).  ``num_filter_tasks``
-filter-transform tasks are shared by every group.
+filter-transform tasks are shared by every group.  With ``TaskParams.fused_output`` a group's
+GEMM and output tasks are instead ``gemms_per_group`` GEMM_OUTPUT tasks (one per K block): each
+multiplies every transform position of the group's tiles by its K block and transforms the
+products to y itself, so that M never leaves the SM (the layout then has no M rows).
 
 Dependencies go through counters, as in the megakernel: a task *signals* one
 counter when it ends and *waits* on up to two counters.  In the networkx graph
@@ -21,9 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 
-import networkx as nx
 import numpy as np
 
 from .spec import LayerSpec
@@ -35,6 +37,7 @@ class TaskType(enum.IntEnum):
     INPUT = 1    # input transform: x -> V
     GEMM = 2     # one transform position x one K block: M[p] = V[p] U[p]
     OUTPUT = 3   # output transform: M -> y
+    GEMM_OUTPUT = 4  # every transform position x one K block, then its output transform: V -> y
 
 
 # Fields of one task record (int32 each), in order.  ``need_*`` is the count a
@@ -57,6 +60,12 @@ LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a
                           # 256-thread block busy on one 32-channel chunk
+
+# Output channels of one GEMM_OUTPUT task (GEMM_OUTPUT_CHANNELS in cuda/gemm_output.cuh: four
+# n8 blocks of the products' MMAs) and the most padded input channels (c_stride) it takes: the
+# products of one position for 16 tiles and these channels are a warp's registers.
+GEMM_OUTPUT_CHANNELS = 32
+GEMM_OUTPUT_MAX_C_STRIDE = 64
 
 # Size limits (check_size): the kernels hold tile ids, channel indices, task ids, tickets and
 # counter offsets in int32, and the task records are int32.
@@ -119,6 +128,9 @@ class TaskParams:
     # wait for the GEMMs, and its GEMMs for the outputs, of the group that held the slot before
     # (build_graph), which only a megakernel ticket order can satisfy.
     buffer_groups: int | None = None
+    # GEMM_OUTPUT tasks instead of GEMM and OUTPUT tasks (M stays on the SM): needs
+    # gemm_k_per_task == GEMM_OUTPUT_CHANNELS, no ring, and (check_size) C <= GEMM_OUTPUT_MAX_C_STRIDE.
+    fused_output: bool = False
 
     def __post_init__(self):
         if isinstance(self.m, bool) or self.m not in (2, 4):
@@ -145,6 +157,15 @@ class TaskParams:
         if self.buffer_groups is not None:
             object.__setattr__(self, "buffer_groups", _positive_int(
                 "TaskParams.buffer_groups", self.buffer_groups, TASK_PARAM_LIMITS["buffer_groups"]))
+        if not isinstance(self.fused_output, (bool, np.bool_)):
+            raise ValueError(f"TaskParams.fused_output must be True or False, got {self.fused_output!r}")
+        object.__setattr__(self, "fused_output", bool(self.fused_output))
+        if self.fused_output and self.gemm_k_per_task != GEMM_OUTPUT_CHANNELS:
+            raise ValueError(f"TaskParams.fused_output needs gemm_k_per_task={GEMM_OUTPUT_CHANNELS} "
+                             f"(the output channels of a GEMM_OUTPUT task), got {self.gemm_k_per_task}")
+        if self.fused_output and self.buffer_groups is not None:
+            raise ValueError("TaskParams.fused_output keeps no M to ring: buffer_groups must be None, "
+                             f"got {self.buffer_groups}")
 
     @property
     def alpha(self) -> int:
@@ -231,7 +252,8 @@ class Layout:
 
     @property
     def m_shape(self) -> tuple[int, int, int]:
-        return (self.alpha2, self.buffer_tiles, self.k_stride)
+        """No rows where GEMM_OUTPUT tasks keep M on the SM."""
+        return (self.alpha2, 0 if self.params.fused_output else self.buffer_tiles, self.k_stride)
 
     # ---- task counts -------------------------------------------------
     @property
@@ -251,8 +273,13 @@ class Layout:
         return -(-self.k_stride // self.params.gemm_k_per_task)
 
     @property
-    def gemms_per_group(self) -> int:            # S_G
-        return self.alpha2 * self.k_blocks
+    def product_type(self) -> TaskType:
+        """The type of the tasks that multiply V by U: GEMM, or GEMM_OUTPUT (fused_output)."""
+        return TaskType.GEMM_OUTPUT if self.params.fused_output else TaskType.GEMM
+
+    @property
+    def gemms_per_group(self) -> int:            # S_G: the product_type tasks of a group
+        return self.k_blocks if self.params.fused_output else self.alpha2 * self.k_blocks
 
     @property
     def output_tile_parts(self) -> int:          # output tasks per K chunk of a group
@@ -260,6 +287,8 @@ class Layout:
 
     @property
     def outputs_per_group(self) -> int:          # S_O
+        if self.params.fused_output:
+            return 0
         return -(-self.spec.K // self.params.output_k_per_task) * self.output_tile_parts
 
     @property
@@ -319,82 +348,3 @@ class Layout:
     def counter_outputs_done(self, group: int) -> int:
         """Only with a ring: the next user of the group's slot waits for it."""
         return 1 + 2 * self.num_groups + group
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskGraph:
-    """All tasks of one layer as a record table, plus the derived networkx graph.
-
-    Task ids: filter tasks first, then input tasks (group-major), GEMM tasks
-    (group-major, then j), output tasks (group-major).  ``records[id]`` holds the
-    TASK_RECORD_FIELDS of that task.
-    """
-
-    layout: Layout
-    records: np.ndarray          # int32 [num_tasks][len(TASK_RECORD_FIELDS)]
-
-    @property
-    def num_tasks(self) -> int:
-        return int(self.records.shape[0])
-
-    @property
-    def typed_records(self) -> np.ndarray:
-        """The records as a [num_tasks] array of TASK_RECORD_DTYPE (a view: same memory)."""
-        return self.records.view(TASK_RECORD_DTYPE).reshape(-1)
-
-    def field(self, name: str) -> np.ndarray:
-        return self.typed_records[name]
-
-    @property
-    def types(self) -> np.ndarray:
-        return self.field("type")
-
-    def ids_of(self, task_type: TaskType) -> np.ndarray:
-        return np.flatnonzero(self.types == int(task_type))
-
-    @functools.cached_property
-    def counter_need(self) -> np.ndarray:
-        """Signals each counter receives per launch (= the counter node's in-degree)."""
-        signal = self.field("signal")
-        return np.bincount(signal[signal >= 0], minlength=self.layout.num_counters).astype(np.int64)
-
-    @functools.cached_property
-    def counter_parents(self) -> list[np.ndarray]:
-        """Task ids signalling each counter."""
-        signal = self.field("signal")
-        order = np.argsort(signal, kind="stable")
-        sorted_signal = signal[order]
-        bounds = np.searchsorted(sorted_signal, np.arange(self.layout.num_counters + 1))
-        return [order[bounds[c]:bounds[c + 1]] for c in range(self.layout.num_counters)]
-
-    def describe_task(self, task: int) -> str:
-        rec = self.typed_records[task]
-        code, group, index = int(rec["type"]), int(rec["group"]), int(rec["index"])
-        kind = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
-        if kind in ("INPUT", "OUTPUT"):
-            slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
-            (t0, t1), (c0, c1) = slices(group, index)
-            return f"{kind} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
-        return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(
-            kind, f"{kind} g={group} #{index}")
-
-    def to_networkx(self) -> nx.DiGraph:
-        """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``
-        with edges parent -> counter -> child."""
-        graph = nx.DiGraph()
-        records = [dict(zip(TASK_RECORD_FIELDS, rec)) for rec in self.records.tolist()]
-        for task, rec in enumerate(records):
-            kind = TaskType(rec["type"]) if rec["type"] in TaskType._value2member_map_ else rec["type"]
-            graph.add_node(("task", task), type=kind, group=rec["group"], index=rec["index"])
-        graph.add_nodes_from(("counter", counter) for counter in range(self.layout.num_counters))
-        for task, rec in enumerate(records):
-            if rec["signal"] >= 0:
-                graph.add_edge(("task", task), ("counter", rec["signal"]))
-            graph.add_edges_from((("counter", rec[w]), ("task", task))
-                                 for w in ("wait_a", "wait_b") if rec[w] >= 0)
-        return graph
-
-    def task_parents(self, task: int) -> np.ndarray:
-        rec = self.typed_records[task]
-        parts = [self.counter_parents[rec[w]] for w in ("wait_a", "wait_b") if rec[w] >= 0]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -17,7 +17,8 @@ from ..schedule import mapping as mapping_mod
 from ..core import task_types
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph, default_params
-from ..core.tasks import Layout, TaskGraph, TaskParams
+from ..core.task_graph import TaskGraph
+from ..core.tasks import Layout, TaskParams
 from ..core.winograd import transform
 
 POISON = np.float32(np.nan)

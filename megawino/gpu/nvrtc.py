@@ -228,6 +228,13 @@ class GemmSmemKernel:
         self.shared_bytes = allowed if c_stride is None else gemm_smem_bytes(mod, c_stride)
         self.kernel = self._raw.kernel
 
+    def reserve(self, nbytes: int) -> None:
+        """Launch with at least ``nbytes`` of dynamic shared memory (GEMM_OUTPUT tasks park a
+        group's products there: ``mw_gemm_output_smem_bytes``)."""
+        if nbytes > self.shared_bytes:
+            self._raw.max_dynamic_shared_size_bytes = max(nbytes, self._raw.max_dynamic_shared_size_bytes)
+            self.shared_bytes = nbytes
+
     def __call__(self, grid, block, args, stream=None):
         self._raw(grid, block, args, shared_mem=self.shared_bytes, stream=stream)
 

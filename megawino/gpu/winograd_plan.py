@@ -26,27 +26,16 @@ from . import weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
-                    cupy_module, module, operand_format)
+                    cupy_module, module, module_int, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
-from ..core.tasks import Layout, TaskGraph, TaskParams, TaskType, channel_stride
+from ..core.task_graph import TaskGraph
+from ..core.tasks import Layout, TaskParams, TaskType, channel_stride
 from .call_checks import default_timeout_s, prepare_call, require_gpu
-from .workspace import WatchdogError
+from .workspace import WatchdogError, workspace_needs_ring
 
 
 _LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
-
-
-# A megakernel plan whose whole V and M would take more than this share of the GPU's memory makes
-# them a ring of slots: the ring's waits cost a little time, running out of memory costs the call.
-RING_MEMORY_SHARE = 0.25
-
-
-def workspace_needs_ring(layout, device_bytes: int) -> bool:
-    """Whether ``plan(ring_buffers=None)`` makes V and M of ``layout`` a ring on a GPU of
-    ``device_bytes`` bytes."""
-    whole = 4 * (np.prod(layout.v_shape, dtype=np.int64) + np.prod(layout.m_shape, dtype=np.int64))
-    return bool(whole > RING_MEMORY_SHARE * device_bytes)
 
 
 class _Variant:
@@ -113,6 +102,7 @@ class Plan:
             self._kernels = {kind.code: GemmSmemKernel(mod, kind.kernel_name, c_stride) if kind.nonfused_gemm_smem
                              else mod.get_function(kind.kernel_name)
                              for kind in task_types.registered() if kind.on_device}
+            self._kernels[TaskType.GEMM_OUTPUT].reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
         # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
@@ -123,9 +113,17 @@ class Plan:
                 spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
+        if params.fused_output and (self.gemm_math != "3xtf32" or ring_buffers):
+            raise ValueError(f"params.fused_output (GEMM_OUTPUT tasks) runs 3xTF32 products without a ring of "
+                             f"buffers, got gemm_math={self.gemm_math!r}, ring_buffers={ring_buffers!r}")
         if ring_buffers is None:
-            ring_buffers = algo == "megakernel" and params.buffer_groups is None and \
-                workspace_needs_ring(Layout(spec, params), cupy.cuda.Device().mem_info[1])
+            ring_buffers = algo == "megakernel" and params.buffer_groups is None and not params.fused_output \
+                and workspace_needs_ring(Layout(spec, params), cupy.cuda.Device().mem_info[1])
+        if params.fused_output:
+            self.operand_format = "float32_u_transposed"
+            if algo == "megakernel":   # its products wait in shared memory
+                self._mega.reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
+                self.blocks_per_sm = blocks_per_sm(self._mega)
         if ring_buffers:
             whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
             params = dataclasses.replace(params, buffer_groups=ring_buffer_groups(
@@ -207,6 +205,7 @@ class Plan:
             "output_tiles_per_task": par.output_tiles_per_task,
             "num_tasks": variant.num_tasks, "num_counters": lay.num_counters,
             "timeout_ns": int(round(self.timeout_s * 1e9)),
+            "u_transposed": int(self.operand_format == "float32_u_transposed"),
         }
         return np.array([int(values[name]) for name, _ in abi.PARAM_FIELDS], dtype=np.int64)
 
@@ -374,6 +373,7 @@ class Plan:
     def __repr__(self) -> str:
         lay = self.task_layout
         ring = f", ring of {lay.buffer_groups} of {lay.num_groups} groups" if lay.ring else ""
+        ring += ", fused_output" if self.params.fused_output else ""
         return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
                 f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}{ring}, device={self.device})")
 

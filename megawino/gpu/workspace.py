@@ -24,6 +24,17 @@ from ..core import abi
 from ..core.tasks import COUNTER_STRIDE
 from .nvrtc import cupy_module
 
+# A megakernel plan whose whole V and M would take more than this share of the GPU's memory makes
+# them a ring of slots: the ring's waits cost a little time, running out of memory costs the call.
+RING_MEMORY_SHARE = 0.25
+
+
+def workspace_needs_ring(layout, device_bytes: int) -> bool:
+    """Whether ``plan(ring_buffers=None)`` makes V and M of ``layout`` a ring on a GPU of
+    ``device_bytes`` bytes."""
+    whole = 4 * (np.prod(layout.v_shape, dtype=np.int64) + np.prod(layout.m_shape, dtype=np.int64))
+    return bool(whole > RING_MEMORY_SHARE * device_bytes)
+
 _MEMCPY_HOST_TO_DEVICE = 1
 
 _allocator = None

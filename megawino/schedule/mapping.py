@@ -23,7 +23,8 @@ import dataclasses
 import numpy as np
 
 from ..core import task_types
-from ..core.tasks import INT32_MAX, NO_COUNTER, TaskGraph, TaskType, _positive_int
+from ..core.task_graph import TaskGraph
+from ..core.tasks import INT32_MAX, NO_COUNTER, TaskType, _positive_int
 
 
 def _non_negative(name: str, value) -> int:
@@ -76,7 +77,7 @@ def build_interleaved(graph: TaskGraph, params: MappingParams) -> Mapping:
     m = min(params.groups_per_column, groups)     # the paper's M
     ids = {t: graph.ids_of(t) for t in TaskType}
     inputs = ids[TaskType.INPUT].reshape(groups, s_i)
-    gemms = ids[TaskType.GEMM].reshape(groups, s_g)
+    gemms = ids[layout.product_type].reshape(groups, s_g)   # GEMM or GEMM_OUTPUT tasks
     outputs = ids[TaskType.OUTPUT].reshape(groups, s_o).ravel()
 
     order: list[int] = list(ids[TaskType.FILTER].tolist())
@@ -223,6 +224,8 @@ def ring_buffer_groups(graph: TaskGraph, order, min_distance: int = 1) -> int:
     layout = graph.layout
     groups = layout.num_groups
     _positive_int("min_distance", min_distance)
+    if layout.params.fused_output:
+        return groups            # no M to ring (TaskParams.fused_output)
     order = np.asarray(order)
     ticket_of = np.empty(graph.num_tasks, dtype=np.int64)
     ticket_of[order] = np.arange(order.size)

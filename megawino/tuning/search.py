@@ -56,13 +56,13 @@ def calibrate_on_traces(records, order, graph, blocks_per_sm: int,
 
 
 def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int,
-                       sim_budget_s: float = 20.0) -> list[dict]:
+                       sim_budget_s: float = 20.0, fused_output: bool = False) -> list[dict]:
     """Candidates to measure, best predicted first: every task-size option with the
     heuristic mapping (the simulator's roofline cannot see how the GEMM tile's
     efficiency changes with task size, so each option is measured), then the best
     simulated mappings of the ``top // 2`` most promising task sizes."""
     by_params: dict = {}
-    for params, mp in tuning.candidate_space(spec, workers=workers):
+    for params, mp in tuning.candidate_space(spec, workers=workers, fused_output=fused_output):
         by_params.setdefault(params, []).append(mp)
     graphs = {p: build_graph(spec, p) for p in by_params}
     deadline = time.perf_counter() + sim_budget_s
@@ -164,7 +164,7 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
                                                    traced.blocks_per_sm, label=spec.name)
     predicted_default = simulate(graph, traced.order, workers, model).makespan
     del traced
-    ranked = rank_by_simulation(spec, model, workers, top)
+    ranked = rank_by_simulation(spec, model, workers, top, fused_output=(gemm_math or DEFAULT_GEMM_MATH) == "3xtf32")
 
     default_us = measure_us(runtime, spec, params, mp, xs, w, reps)
     seq_task_params = default_params(spec)

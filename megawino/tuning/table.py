@@ -35,7 +35,8 @@ from ..schedule.mapping import MappingParams
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
 from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
-from ..core.tasks import CHANNEL_ALIGN, GEMM_BLOCK_ROWS, K_ALIGN, LANE_CHANNELS, Layout, TaskParams, round_up
+from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_MAX_C_STRIDE, K_ALIGN,
+                          LANE_CHANNELS, Layout, TaskParams, channel_stride, round_up)
 from ..core.winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
@@ -54,8 +55,9 @@ SPEC_FIELDS = ("N", "C", "K", "H", "W")
 MAPPING_KEYS = {"dig": "dig", "dgo": "dgo", "m": "groups_per_column"}
 MAPPING_FIELDS = tuple(MAPPING_KEYS)
 PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
-# Tables written before TaskParams had buffer_groups (no ring) stay valid.
-PARAM_REQUIRED = tuple(name for name in PARAM_FIELDS if name != "buffer_groups")
+# Tables written before TaskParams had buffer_groups (no ring) or fused_output (GEMM and output
+# tasks) stay valid.
+PARAM_REQUIRED = tuple(name for name in PARAM_FIELDS if name not in ("buffer_groups", "fused_output"))
 
 
 def gpu_key(device_name: str) -> str:
@@ -281,10 +283,17 @@ def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
     return params, default_mapping_params(Layout(spec, params), workers), "heuristic"
 
 
-def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS):
-    """(TaskParams, MappingParams) pairs the tuner may try, before simulation ranks them."""
+# (tile, channel) pairs of a transform task the candidates' channel chunks start from.
+TRANSFORM_PAIRS_PER_TASK = 4096
+
+
+def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS, fused_output: bool = False):
+    """(TaskParams, MappingParams) pairs the tuner may try, before simulation ranks them; with
+    ``fused_output`` (3xTF32 plans) also GEMM_OUTPUT graphs where the layer's C allows them."""
     spec.require_winograd()
     base = default_params(spec, m)
+    if fused_output and channel_stride(spec.C) <= GEMM_OUTPUT_MAX_C_STRIDE:
+        yield from fused_candidates(spec, base, workers)
     k_stride = round_up(spec.K, K_ALIGN)
     c_pad = round_up(spec.C, CHANNEL_ALIGN)
     tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
@@ -292,10 +301,9 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
                             base.tiles_per_group})
     # Up to 256 output channels per GEMM task: wider tasks re-read each V row block fewer times.
     gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128, 256)})
-    per_task_pairs = 4096
     for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
         groups = -(-tiles // tiles_per_group)
-        chunk = per_task_pairs // tiles_per_group
+        chunk = TRANSFORM_PAIRS_PER_TASK // tiles_per_group
         # Transform chunks: default_params' rule for this group size, and one warp's width
         # (more, shorter transform tasks: what the small layers need).
         chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
@@ -317,6 +325,26 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS)
             for dig, dgo, per_column in itertools.product(waves, waves, (1, 4, 8)):
                 if per_column <= groups:
                     yield params, MappingParams(dig, dgo, per_column)
+
+
+def fused_candidates(spec: LayerSpec, base: TaskParams, workers: int):
+    """GEMM_OUTPUT graphs: candidate_space's group sizes, input chunks and input tile splits, and
+    its mapping distances for the inputs (the GEMM_OUTPUT tasks have no children: DGO is moot)."""
+    tiles = spec.N * tiles_for(spec.out_h, base.m) * tiles_for(spec.out_w, base.m)
+    c_pad = channel_stride(spec.C)
+    waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
+    for tiles_per_group in sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS, base.tiles_per_group}):
+        groups = -(-tiles // tiles_per_group)
+        fused = dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=GEMM_OUTPUT_CHANNELS,
+                                    fused_output=True, input_tiles_per_task=None, output_tiles_per_task=None)
+        for input_channels in sorted({transform_chunk(c_pad, TRANSFORM_PAIRS_PER_TASK // tiles_per_group, groups, workers),
+                                      min(c_pad, LANE_CHANNELS)}):
+            params = dataclasses.replace(fused, input_channels_per_task=input_channels)
+            for input_tiles in sorted({tiles_per_group, transform_split(spec, params, workers)[0]}):
+                for dig, per_column in itertools.product(waves, (1, 4, 8)):
+                    if per_column <= groups:
+                        yield (dataclasses.replace(params, input_tiles_per_task=input_tiles),
+                               MappingParams(dig, workers, per_column))
 
 
 def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: MappingParams,

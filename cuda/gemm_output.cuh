@@ -1,0 +1,123 @@
+// GEMM_OUTPUT task (group g, index = K block; megawino.core.tasks TaskParams.fused_output):
+//   y[tiles of g][K block] = A^T (V[p][tiles of g][:] @ U[p][:][K block], every position p) A
+// Mirrors megawino/core/stages/gemm_output.py.  For a small C the GEMM and output tasks are bound
+// by writing M and reading it back; this task keeps M in shared memory instead.  Per 16 tiles:
+// each warp takes positions warp, warp + 8, ..., multiplies that position's 16 x C block of V by
+// the K block's C x 32 block of U as 3xTF32 on mma.sync m16n8k8 in the GEMM tile's fragment order,
+// split and 16-term partial sums (Tf32x3Fragments::multiply, so the products have the GEMM
+// task's bits), and parks them in shared memory; after a block barrier each thread transforms
+// (tile, channel) pairs with the output task's output_store_channel.  Operands come straight from
+// global memory (after the ticket's acquire), U transposed so that each fragment is 16-byte loads:
+// C <= GEMM_OUTPUT_MAX_C_STRIDE keeps a position's fragments a handful of them.
+#pragma once
+
+#include "gemm.cuh"
+#include "generated_tasks.cuh"
+#include "output_transform.cuh"
+#include "params.cuh"
+
+namespace mw {
+
+constexpr int GEMM_OUTPUT_TILES = 16;                        // one m16 block of tiles a step
+constexpr int GEMM_OUTPUT_NT = GEMM_OUTPUT_CHANNELS / 8;     // n8 blocks of a position's products
+// Floats between two channels' 16 tiles in shared memory: the padding spreads a warp's fragment
+// stores (channels 2 t4 and tiles g) over the banks.
+constexpr int GEMM_OUTPUT_CHANNEL_STRIDE = 18;
+constexpr int GEMM_OUTPUT_POSITION_FLOATS = GEMM_OUTPUT_CHANNELS * GEMM_OUTPUT_CHANNEL_STRIDE;
+static_assert(GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
+// The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
+// (megawino.gpu.nvrtc.GemmSmemKernel.reserve).
+extern "C" __device__ int mw_gemm_output_smem_bytes =
+    (MW_M + 2) * (MW_M + 2) * GEMM_OUTPUT_POSITION_FLOATS * static_cast<int>(sizeof(float));
+
+// The B values of k tile kt a thread's fragments take for column n from U^T (the plan's
+// float32_u_transposed format): channels 4 t4 .. 4 t4 + 3 of 16 kt ..., k8 step q's pair being
+// the (2 q, 2 q + 1)-th of them; zero for padding columns.
+__device__ __forceinline__ float4 gemm_output_b(const float* Up, int c_stride, int k_stride, int kt, int n, int t4) {
+  if (n >= k_stride) return make_float4(0.f, 0.f, 0.f, 0.f);
+  return *reinterpret_cast<const float4*>(Up + static_cast<long long>(n) * c_stride + 16 * kt + 4 * t4);
+}
+
+template <int M, bool NHWC>
+__device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int group, int index, float* smem) {
+#if MW_GEMM_TF32X3 && !MW_SPLIT_OPERANDS
+  constexpr int ALPHA2 = (M + 2) * (M + 2);
+  const int tid = thread_index(), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
+  const int K = static_cast<int>(p.K), tpg = static_cast<int>(p.tiles_per_group);
+  const int k_tiles = c_stride / 16;
+  const int k0 = index * GEMM_OUTPUT_CHANNELS;
+  const long long t_group = static_cast<long long>(group) * tpg;
+  const long long row_group = t_group - ring_shift(p, group);
+  const float* V = reinterpret_cast<const float*>(p.V);
+  const float* U = reinterpret_cast<const float*>(p.U);
+  for (int sub = 0; sub < tpg && t_group + sub < p.tiles; sub += GEMM_OUTPUT_TILES) {
+    for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
+      const float* Vp = V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub) * c_stride + 4 * t4;
+      const float* Up = U + static_cast<long long>(pos) * c_stride * k_stride;
+      float acc[GEMM_OUTPUT_NT][4];
+#pragma unroll
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll 1
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
+        const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
+        float4 b[GEMM_OUTPUT_NT];
+#pragma unroll
+        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) b[nt] = gemm_output_b(Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
+        float part[GEMM_OUTPUT_NT][4];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          unsigned a_big[1][4], a_small[1][4], b_big[GEMM_OUTPUT_NT][2], b_small[GEMM_OUTPUT_NT][2];
+          split_a_step(a0, a8, q, a_big[0], a_small[0]);
+#pragma unroll
+          for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+            split_tf32(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
+            split_tf32(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
+          }
+          if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+        }
+#pragma unroll
+        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[nt][e] = __fadd_rn(acc[nt][e], part[nt][e]);
+      }
+      // C fragment: tiles g and g + 8, channels 2 t4 and 2 t4 + 1 of each n8 block.
+      float* Mp = smem + pos * GEMM_OUTPUT_POSITION_FLOATS;
+#pragma unroll
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+        float* c = Mp + (8 * nt + 2 * t4) * GEMM_OUTPUT_CHANNEL_STRIDE + g;
+        c[0] = acc[nt][0];
+        c[GEMM_OUTPUT_CHANNEL_STRIDE] = acc[nt][1];
+        c[8] = acc[nt][2];
+        c[GEMM_OUTPUT_CHANNEL_STRIDE + 8] = acc[nt][3];
+      }
+    }
+    __syncthreads();
+    // NHWC: a warp's lanes take consecutive channels of a tile (y's contiguous dimension); NCHW:
+    // consecutive tiles of a channel.
+    for (int pair = tid; pair < GEMM_OUTPUT_TILES * GEMM_OUTPUT_CHANNELS; pair += BLOCK_THREADS) {
+      const int ch = NHWC ? pair % GEMM_OUTPUT_CHANNELS : pair / GEMM_OUTPUT_TILES;
+      const int tile = NHWC ? pair / GEMM_OUTPUT_CHANNELS : pair % GEMM_OUTPUT_TILES;
+      const long long t = t_group + sub + tile;
+      if (t < p.tiles && k0 + ch < K) {
+        float mm[ALPHA2];
+#pragma unroll
+        for (int q = 0; q < ALPHA2; ++q) mm[q] = smem[q * GEMM_OUTPUT_POSITION_FLOATS + ch * GEMM_OUTPUT_CHANNEL_STRIDE + tile];
+        output_store_channel<M, NHWC>(p, y, mm, tile_coord(p, t), k0 + ch);
+      }
+    }
+    __syncthreads();
+  }
+#else
+  // Planned only for 3xTF32 on float32 operands (megawino.gpu.winograd_plan checks).
+  (void)p, (void)y, (void)group, (void)index, (void)smem;
+  __trap();
+#endif
+}
+
+}  // namespace mw
