@@ -1,17 +1,14 @@
 // GEMM_OUTPUT task (group g, index = K block; megawino.core.tasks TaskParams.fused_output):
 //   y[tiles of g][K block] = A^T (V[p][tiles of g][:] @ U[p][:][K block], every position p) A
 // Mirrors megawino/core/stages/gemm_output.py.  For a small C the GEMM and output tasks are bound
-// by writing M and reading it back; this task keeps the products on the SM instead.  Per 32
-// tiles: a warp's unit is one column b of positions (a, b), a = 0 .. alpha - 1, for 16 tiles and
-// 16 channels: it multiplies each position's V block by the K block's U block as 3xTF32 on
-// mma.sync m16n8k8 in the GEMM tile's fragment order, split and 16-term partial sums
-// (Tf32x3Fragments::multiply, so the products have the GEMM task's bits), keeps the column's
-// products in registers and applies the output transform's column step (output_tile_values'
-// first loop) to them, parking the m values a pair in shared memory; after a block barrier each
-// thread finishes (tile, channel) pairs with the row step and stores them (output_store_values):
-// y has the OUTPUT task's bits.  Operands come straight from global memory (after the ticket's
-// acquire), U transposed so that each fragment is 16-byte loads; C <= GEMM_OUTPUT_MAX_C_STRIDE
-// keeps a position's fragments a handful of them.
+// by writing M and reading it back; this task keeps M in shared memory instead.  Per 16 tiles:
+// each warp takes positions warp, warp + 8, ..., multiplies that position's 16 x C block of V by
+// the K block's C x 32 block of U as 3xTF32 on mma.sync m16n8k8 in the GEMM tile's fragment order,
+// split and 16-term partial sums (Tf32x3Fragments::multiply, so the products have the GEMM
+// task's bits), and parks them in shared memory; after a block barrier each thread transforms
+// (tile, channel) pairs with the output task's output_store_channel.  Operands come straight from
+// global memory (after the ticket's acquire), U transposed so that each fragment is 16-byte loads:
+// C <= GEMM_OUTPUT_MAX_C_STRIDE keeps a position's fragments a handful of them.
 #pragma once
 
 #include "gemm.cuh"
@@ -21,22 +18,17 @@
 
 namespace mw {
 
-constexpr int GEMM_OUTPUT_TILES = 32;                        // tiles of a step: two m16 blocks
-constexpr int GEMM_OUTPUT_UNIT_NT = 2;                       // n8 blocks of a warp's unit
-constexpr int GEMM_OUTPUT_PAIRS = GEMM_OUTPUT_TILES * GEMM_OUTPUT_CHANNELS;
-static_assert(GEMM_OUTPUT_CHANNELS == 32 && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0,
-              "a step's units are (column, m16 block, 16-channel half) and the tile swizzle takes 32 of each");
-// Where column-step value r (= i * alpha + b) of pair (tile, channel) waits: planes of 32 x 32
-// floats, tiles XOR-swizzled by the channel's pair index so that a warp's fragment stores
-// (channels 2 t4 + h, tiles g + const) and a warp's reads of 32 tiles of one channel are free of
-// bank conflicts.
-__device__ __forceinline__ int gemm_output_slot(int r, int ch, int tile) {
-  return (r * GEMM_OUTPUT_CHANNELS + ch) * GEMM_OUTPUT_TILES + (tile ^ (8 * ((ch >> 1) & 3)));
-}
+constexpr int GEMM_OUTPUT_TILES = 16;                        // one m16 block of tiles a step
+constexpr int GEMM_OUTPUT_NT = GEMM_OUTPUT_CHANNELS / 8;     // n8 blocks of a position's products
+// Floats between two channels' 16 tiles in shared memory: the padding spreads a warp's fragment
+// stores (channels 2 t4 and tiles g) over the banks.
+constexpr int GEMM_OUTPUT_CHANNEL_STRIDE = 18;
+constexpr int GEMM_OUTPUT_POSITION_FLOATS = GEMM_OUTPUT_CHANNELS * GEMM_OUTPUT_CHANNEL_STRIDE;
+static_assert(GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
 // The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
 // (megawino.gpu.nvrtc.GemmSmemKernel.reserve).
 extern "C" __device__ int mw_gemm_output_smem_bytes =
-    MW_M * (MW_M + 2) * GEMM_OUTPUT_PAIRS * static_cast<int>(sizeof(float));
+    (MW_M + 2) * (MW_M + 2) * GEMM_OUTPUT_POSITION_FLOATS * static_cast<int>(sizeof(float));
 
 // The B values of k tile kt a thread's fragments take for column n from U^T (the plan's
 // float32_u_transposed format): channels 4 t4 .. 4 t4 + 3 of 16 kt ..., k8 step q's pair being
@@ -49,8 +41,7 @@ __device__ __forceinline__ float4 gemm_output_b(const float* Up, int c_stride, i
 template <int M, bool NHWC>
 __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int group, int index, float* smem) {
 #if MW_GEMM_TF32X3 && !MW_SPLIT_OPERANDS
-  constexpr int A = M + 2;
-  constexpr int UNITS = A * 2 * (GEMM_OUTPUT_CHANNELS / (8 * GEMM_OUTPUT_UNIT_NT));   // columns x m16 x halves
+  constexpr int ALPHA2 = (M + 2) * (M + 2);
   const int tid = thread_index(), lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
@@ -62,79 +53,62 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
   const float* V = reinterpret_cast<const float*>(p.V);
   const float* U = reinterpret_cast<const float*>(p.U);
   for (int sub = 0; sub < tpg && t_group + sub < p.tiles; sub += GEMM_OUTPUT_TILES) {
-    for (int unit = warp; unit < UNITS; unit += BLOCK_THREADS / 32) {
-      const int b = unit % A, mt = (unit / A) & 1, half = unit / (2 * A);
-      const int tile0 = 16 * mt, ch0 = 8 * GEMM_OUTPUT_UNIT_NT * half;
-      float col[A][GEMM_OUTPUT_UNIT_NT][4];   // the column's products: position (a, b), fragment slot
+    for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
+      const float* Vp = V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub) * c_stride + 4 * t4;
+      const float* Up = U + static_cast<long long>(pos) * c_stride * k_stride;
+      float acc[GEMM_OUTPUT_NT][4];
 #pragma unroll
-      for (int a = 0; a < A; ++a) {
-        const int pos = a * A + b;
-        const float* Vp = V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub + tile0) * c_stride + 4 * t4;
-        const float* Up = U + static_cast<long long>(pos) * c_stride * k_stride;
-        float (&acc)[GEMM_OUTPUT_UNIT_NT][4] = col[a];
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < GEMM_OUTPUT_UNIT_NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll 1
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
-          const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
-          float4 bv[GEMM_OUTPUT_UNIT_NT];
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
+        const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
+        float4 b[GEMM_OUTPUT_NT];
 #pragma unroll
-          for (int nt = 0; nt < GEMM_OUTPUT_UNIT_NT; ++nt)
-            bv[nt] = gemm_output_b(Up, c_stride, k_stride, kt, k0 + ch0 + 8 * nt + g, t4);
-          float part[GEMM_OUTPUT_UNIT_NT][4];
+        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) b[nt] = gemm_output_b(Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
+        float part[GEMM_OUTPUT_NT][4];
 #pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            unsigned a_big[1][4], a_small[1][4], b_big[GEMM_OUTPUT_UNIT_NT][2], b_small[GEMM_OUTPUT_UNIT_NT][2];
-            split_a_step(a0, a8, q, a_big[0], a_small[0]);
+        for (int q = 0; q < 2; ++q) {
+          unsigned a_big[1][4], a_small[1][4], b_big[GEMM_OUTPUT_NT][2], b_small[GEMM_OUTPUT_NT][2];
+          split_a_step(a0, a8, q, a_big[0], a_small[0]);
 #pragma unroll
-            for (int nt = 0; nt < GEMM_OUTPUT_UNIT_NT; ++nt) {
-              split_tf32(q == 0 ? bv[nt].x : bv[nt].z, b_big[nt][0], b_small[nt][0]);
-              split_tf32(q == 0 ? bv[nt].y : bv[nt].w, b_big[nt][1], b_small[nt][1]);
-            }
-            if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
-            else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+            split_tf32(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
+            split_tf32(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
           }
-#pragma unroll
-          for (int nt = 0; nt < GEMM_OUTPUT_UNIT_NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[nt][e] = __fadd_rn(acc[nt][e], part[nt][e]);
+          if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
         }
+#pragma unroll
+        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[nt][e] = __fadd_rn(acc[nt][e], part[nt][e]);
       }
-      // The column step of each fragment slot's (tile, channel): tiles g and g + 8, channels 2 t4
-      // and 2 t4 + 1 of each n8 block.
+      // C fragment: tiles g and g + 8, channels 2 t4 and 2 t4 + 1 of each n8 block.
+      float* Mp = smem + pos * GEMM_OUTPUT_POSITION_FLOATS;
 #pragma unroll
-      for (int nt = 0; nt < GEMM_OUTPUT_UNIT_NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float in[A], out[M];
-#pragma unroll
-          for (int a = 0; a < A; ++a) in[a] = col[a][nt][e];
-          Wino<M>::template at<1, 1>(in, out);
-          const int ch = ch0 + 8 * nt + 2 * t4 + (e & 1), tile = tile0 + g + 8 * (e >> 1);
-#pragma unroll
-          for (int i = 0; i < M; ++i) smem[gemm_output_slot(i * A + b, ch, tile)] = out[i];
-        }
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+        float* c = Mp + (8 * nt + 2 * t4) * GEMM_OUTPUT_CHANNEL_STRIDE + g;
+        c[0] = acc[nt][0];
+        c[GEMM_OUTPUT_CHANNEL_STRIDE] = acc[nt][1];
+        c[8] = acc[nt][2];
+        c[GEMM_OUTPUT_CHANNEL_STRIDE + 8] = acc[nt][3];
+      }
     }
     __syncthreads();
     // NHWC: a warp's lanes take consecutive channels of a tile (y's contiguous dimension); NCHW:
     // consecutive tiles of a channel.
-    for (int pair = tid; pair < GEMM_OUTPUT_PAIRS; pair += BLOCK_THREADS) {
+    for (int pair = tid; pair < GEMM_OUTPUT_TILES * GEMM_OUTPUT_CHANNELS; pair += BLOCK_THREADS) {
       const int ch = NHWC ? pair % GEMM_OUTPUT_CHANNELS : pair / GEMM_OUTPUT_TILES;
       const int tile = NHWC ? pair / GEMM_OUTPUT_CHANNELS : pair % GEMM_OUTPUT_TILES;
       const long long t = t_group + sub + tile;
       if (t < p.tiles && k0 + ch < K) {
-        float o[M * M];
+        float mm[ALPHA2];
 #pragma unroll
-        for (int i = 0; i < M; ++i) {
-          float row[A];
-#pragma unroll
-          for (int bb = 0; bb < A; ++bb) row[bb] = smem[gemm_output_slot(i * A + bb, ch, tile)];
-          Wino<M>::template at<1, 1>(row, o + i * M);   // the row step (output_tile_values)
-        }
-        output_store_values<M, NHWC>(p, y, o, tile_coord(p, t), k0 + ch);
+        for (int q = 0; q < ALPHA2; ++q) mm[q] = smem[q * GEMM_OUTPUT_POSITION_FLOATS + ch * GEMM_OUTPUT_CHANNEL_STRIDE + tile];
+        output_store_channel<M, NHWC>(p, y, mm, tile_coord(p, t), k0 + ch);
       }
     }
     __syncthreads();

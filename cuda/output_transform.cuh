@@ -28,15 +28,17 @@ __device__ __forceinline__ void output_tile_values(const float* mm, float* o) {
   for (int i = 0; i < M; ++i) Wino<M>::template at<1, 1>(tmp + i * A, o + i * M);  // rows
 }
 
-// One output channel of one tile, its values o = A^T m A stored with the edge masks (a float4 per
-// row when NCHW rows allow).
+// One output channel of one tile: y = A^T m A, stored with the edge masks (a float4 per row
+// when NCHW rows allow).
 template <int M, bool NHWC>
-__device__ __forceinline__ void output_store_values(const Params& p, float* y, const float (&o)[M * M],
-                                                    const TileCoord& tc, int k) {
+__device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
+                                                     const TileCoord& tc, int k) {
   const int K = static_cast<int>(p.K);
   const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
   const bool vec_rows = !NHWC && M == 4 && (out_w % 4) == 0;
   const int oy0 = tc.th * M, ox0 = tc.tw * M;
+  float o[M * M];
+  output_tile_values<M>(mm, o);
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     const int oy = oy0 + i;
@@ -57,15 +59,6 @@ __device__ __forceinline__ void output_store_values(const Params& p, float* y, c
       }
     }
   }
-}
-
-// One output channel of one tile: y = A^T m A, stored (output_store_values).
-template <int M, bool NHWC>
-__device__ __forceinline__ void output_store_channel(const Params& p, float* y, const float* mm,
-                                                     const TileCoord& tc, int k) {
-  float o[M * M];
-  output_tile_values<M>(mm, o);
-  output_store_values<M, NHWC>(p, y, o, tc, k);
 }
 
 // What an output task covers: tpg tiles from t_base (its slice of the group), channels [k0, k1)
