@@ -94,6 +94,28 @@ def test_errors_before_anything_runs():
     assert build_graph(spec, fused(spec)).num_tasks > 0
 
 
+def test_table_entries_with_gemm_output_tasks_apply_only_where_they_can():
+    """choose() keeps a GEMM_OUTPUT entry for 3xTF32 plans of a narrow enough layer and gives the
+    heuristic's GEMM and OUTPUT sizes otherwise (other arithmetics, a wider borrowed shape)."""
+    from megawino.tuning import table as tuning
+    entry = {"params": dataclasses.asdict(fused(LayerSpec(64, 32, 64, 208, 208))),
+             "mapping": {"dig": 264, "dgo": 264, "m": 4}}
+    for spec, allowed, kept in ((LayerSpec(64, 32, 64, 208, 208), True, True),
+                                (LayerSpec(64, 32, 64, 208, 208), False, False),
+                                (LayerSpec(2, 64, 3, 30, 30), True, True),
+                                (LayerSpec(8, 128, 64, 56, 56), True, False),
+                                (LayerSpec(1, 1, 1, 9, 9), True, True)):
+        params, _ = tuning.entry_params(entry, spec, allowed)
+        assert params.fused_output == kept
+        if not kept:
+            assert params.gemm_k_per_task == default_params(spec).gemm_k_per_task
+        assert build_graph(spec, params).num_tasks > 0
+    # The shipped H100 table's GEMM_OUTPUT entries: kept for 3xTF32, replaced for FFMA plans.
+    res1 = LayerSpec(64, 32, 64, 208, 208)
+    if tuning.choose(res1, "h100")[0].fused_output:
+        assert not tuning.choose(res1, "h100", fused_output=False)[0].fused_output
+
+
 # ---- GPU ----------------------------------------------------------------------
 
 def _run(plan, xd, wd):

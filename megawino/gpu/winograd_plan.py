@@ -110,7 +110,8 @@ class Plan:
         if params is None or mapping is None:
             gpu = tuning.current_gpu_key()
             chosen_params, chosen_mapping, self.choice = tuning.choose(
-                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu)
+                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu,
+                fused_output=self.gemm_math == "3xtf32" and not ring_buffers)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
         if params.fused_output and (self.gemm_math != "3xtf32" or ring_buffers):

@@ -228,13 +228,14 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
     }
 
 
-def incumbent_entry(spec: LayerSpec, key: str, gpu: str):
-    """(TaskParams, MappingParams) that plans of table ``key`` on GPU ``gpu`` use for ``spec``
+def incumbent_entry(spec: LayerSpec, key: str, gpu: str, fused_output: bool = True):
+    """(TaskParams, MappingParams) that plans of table ``key`` on GPU ``gpu`` (GEMM_OUTPUT entries
+    only with ``fused_output``: 3xTF32 plans) use for ``spec``
     today when a table has its shape (:func:`megawino.tuning.table.choose`: the override, the
     user's, the shipped table; the GPU's own table after an own-arithmetic key's), else None
     (also where MEGAWINO_MAPPING names a file not written yet: nothing to keep)."""
     try:
-        params, mapping, source = tuning.choose(spec, key, fallback=gpu)
+        params, mapping, source = tuning.choose(spec, key, fallback=gpu, fused_output=fused_output)
     except FileNotFoundError:
         return None
     return (params, mapping) if source.startswith("tuned") else None
@@ -265,7 +266,7 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
             continue
         per_layer = deadline - (budget_s / len(specs)) * (len(specs) - i - 1)
         res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer, gemm_math=gemm_math,
-                         incumbent=incumbent_entry(spec, key, gpu))
+                         incumbent=incumbent_entry(spec, key, gpu, (gemm_math or DEFAULT_GEMM_MATH) == "3xtf32"))
         win = res.pop("winner")
         tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
         tuning.write_table(path, table)

@@ -239,11 +239,16 @@ def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> Ma
     return MappingParams(dig=workers, dgo=workers, groups_per_column=min(4, layout.num_groups))
 
 
-def entry_params(entry: dict, spec: LayerSpec) -> tuple[TaskParams, MappingParams]:
+def entry_params(entry: dict, spec: LayerSpec, fused_output: bool = True) -> tuple[TaskParams, MappingParams]:
+    """The entry's parameters for ``spec`` (its own shape's or a borrowed one's); a GEMM_OUTPUT
+    entry becomes the heuristic's GEMM and OUTPUT sizes where ``fused_output`` is off (plans of
+    another GEMM arithmetic) or the layer's C is too wide for GEMM_OUTPUT tasks."""
     params = dict(entry["params"])
-    # A borrowed GEMM K width may not fit a layer with fewer output channels.
-    k_stride = round_up(spec.K, K_ALIGN)
-    params["gemm_k_per_task"] = min(params["gemm_k_per_task"], k_stride)
+    if params.get("fused_output") and (not fused_output or channel_stride(spec.C) > GEMM_OUTPUT_MAX_C_STRIDE):
+        params.update(fused_output=False, gemm_k_per_task=default_params(spec, params["m"]).gemm_k_per_task)
+    if not params.get("fused_output"):
+        # A borrowed GEMM K width may not fit a layer with fewer output channels.
+        params["gemm_k_per_task"] = min(params["gemm_k_per_task"], round_up(spec.K, K_ALIGN))
     return TaskParams(**params), mapping_from_entry(entry["mapping"])
 
 
@@ -255,11 +260,12 @@ def _shape_distance(spec: LayerSpec, entry: dict) -> float:
             + 0.5 * abs(math.log(tiles(spec) / tiles(other))))
 
 
-def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
-           workers: int = DEFAULT_WORKERS, fallback: str | None = None) -> tuple[TaskParams, MappingParams, str]:
+def choose(spec: LayerSpec, key: str | None = None, m: int = 4, workers: int = DEFAULT_WORKERS,
+           fallback: str | None = None, fused_output: bool = True) -> tuple[TaskParams, MappingParams, str]:
     """Task and mapping parameters for ``spec`` and where they came from: table ``key``'s entry
     for the shape ("tuned"), else table ``fallback``'s ("tuned for <fallback>"), else the
-    nearest tuned shape of ``key``'s table ("nearest"), else the heuristic."""
+    nearest tuned shape of ``key``'s table ("nearest"), else the heuristic; GEMM_OUTPUT entries
+    only with ``fused_output`` (entry_params)."""
     spec.require_winograd()
     lookup = spec.with_(layout="NCHW", name="").shape_string
 
@@ -268,14 +274,14 @@ def choose(spec: LayerSpec, key: str | None = None, m: int = 4,
         return {name: v for name, v in table["layers"].items() if v["params"]["m"] == m}
     layers = layers_of(key)
     if lookup in layers:
-        return (*entry_params(layers[lookup], spec), "tuned")
+        return (*entry_params(layers[lookup], spec, fused_output), "tuned")
     if fallback and fallback != key:
         other = layers_of(fallback)
         if lookup in other:
-            return (*entry_params(other[lookup], spec), f"tuned for {fallback}")
+            return (*entry_params(other[lookup], spec, fused_output), f"tuned for {fallback}")
     if layers:
         nearest = min(layers.values(), key=lambda e: _shape_distance(spec, e))
-        task_params, mapping_params = entry_params(nearest, spec)
+        task_params, mapping_params = entry_params(nearest, spec, fused_output)
         # Ring slots are counted for the entry's own shape and order.
         task_params = dataclasses.replace(task_params, buffer_groups=None)
         return task_params, mapping_params, "nearest"
