@@ -5,7 +5,7 @@ on the suite layers with C <= 64: per variant and layer the non-fused GEMM_OUTPU
 CUDA-event medians, and the megakernel's y checked bitwise against the first variant's
 (docs/experiments.md 120).
 
-    python3 bench/experiments/gemm_output_variants.py --variants "-DMW_GEMM_OUTPUT_UNITS=1;" --json /tmp/v.json
+    python3 bench/experiments/gemm_output_variants.py --variants ";-DMW_SOME_DEFINE=1" --json /tmp/v.json
 """
 from __future__ import annotations
 
