@@ -160,6 +160,23 @@ def test_run_layer_nhwc_matches():
 
 # ---- mapping ----------------------------------------------------------------
 
+def test_mapping_of_a_gemm_output_graph_names_its_tasks(monkeypatch, tmp_path):
+    """A layer whose table entry has GEMM_OUTPUT tasks: the CLI says so, and the DIG distance is
+    measured on those tasks."""
+    import dataclasses
+    spec = resolve_layer("n2c32k64h16w16")
+    params = dataclasses.replace(tuning.default_params(spec), fused_output=True, gemm_k_per_task=32)
+    table = {"layers": {}}
+    tuning.write_entry(table, spec, params, tuning.MappingParams(8, 8, 1), time_us=1.0)
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("MEGAWINO_MAPPING", str(path))
+    code, text = run(["mapping", "n2c32k64h16w16"])
+    assert code == 0 and "valid" in text and "invalid" not in text
+    flat = " ".join(text.split())
+    assert "GEMM + output task 32 K (fused_output)" in flat and "GEMM_OUTPUT" in flat and "(DIG 8," in flat
+
+
 def test_mapping_valid_and_counts():
     code, text = run(["mapping", "n2c16k16h12w12", "--dig", "4", "--dgo", "8", "--m", "2"])
     assert code == 0

@@ -137,9 +137,11 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
         p = layout.params
         out.print(Text(f"F({p.m}x{p.m},3x3), {layout.tiles} tiles; task params: {p.tiles_per_group} "
                        f"tiles/group; input task {p.input_channels_per_task} ch x "
-                       f"{p.input_tiles_per_task} tiles; GEMM task {p.gemm_k_per_task} K; output task "
-                       f"{p.output_k_per_task} K x {p.output_tiles_per_task} tiles; filter task "
-                       f"{p.filter_pairs_per_task} pairs", style="dim"))
+                       f"{p.input_tiles_per_task} tiles; "
+                       + (f"GEMM + output task {p.gemm_k_per_task} K (fused_output)" if p.fused_output else
+                          f"GEMM task {p.gemm_k_per_task} K; output task {p.output_k_per_task} K x "
+                          f"{p.output_tiles_per_task} tiles")
+                       + f"; filter task {p.filter_pairs_per_task} pairs", style="dim"))
         counts = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("N_F", "S_I", "S_G", "S_O", "NG", "tasks", "counters"):
             counts.add_column(col, justify="right")
@@ -176,8 +178,9 @@ def cmd_mapping(args, out: Console, err: Console) -> int:
     dist = dependency_distances(graph, mapping.order)
     types = graph.types
     parts = []
-    targets = {TaskType.GEMM: ("DIG", args.dig), TaskType.OUTPUT: ("DGO", args.dgo)}
-    for t in (TaskType.GEMM, TaskType.OUTPUT):
+    product = graph.layout.product_type    # GEMM, or GEMM_OUTPUT (fused_output): the DIG distance
+    targets = {product: ("DIG", args.dig), TaskType.OUTPUT: ("DGO", args.dgo)}
+    for t in (product, TaskType.OUTPUT):
         sel = (types == int(t)) & (dist >= 0)
         if not sel.any():
             continue
