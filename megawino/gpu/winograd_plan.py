@@ -125,10 +125,10 @@ class Plan:
             if algo == "megakernel":   # its products wait in shared memory
                 self._mega.reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
                 self.blocks_per_sm = blocks_per_sm(self._mega)
+                self.workers = sms * max(1, self.blocks_per_sm)
         if ring_buffers:
             whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
-            params = dataclasses.replace(params, buffer_groups=ring_buffer_groups(
-                whole, resolve_order(whole, mapping)))
+            params = dataclasses.replace(params, buffer_groups=ring_buffer_groups(whole, resolve_order(whole, mapping)))
         self.params = params
         self.graph = build_graph(spec, self.params)
         if self.graph.layout.ring and algo != "megakernel":
