@@ -24,8 +24,8 @@ GemmOutput()(V, Ut, y)
 cupy.cuda.Device().synchronize()
 PY
 python3 "$out/once.py" && echo "== once ok"
-sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Chart --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy --section InstructionStats"
+sections="--section SourceCounters --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Chart --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy --section InstructionStats"
 ncu $sections -k regex:"mw_gemm_output_kernel|gemm_output_c" -f python3 "$out/once.py" > "$out/ncu-details.txt" 2>&1
 echo "== ncu: exit $?"
 rm -f "$out/once.py"
-grep -E "gemm_output|Duration|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp|No Eligible|Hit Rate|Throughput|Stall|Bank|Executed Ipc|L1/TEX" "$out/ncu-details.txt" | head -80
+grep -E "Stall|stall|gemm_output|Duration|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp|No Eligible|Hit Rate|Throughput|Stall|Bank|Executed Ipc|L1/TEX" "$out/ncu-details.txt"  | head -120
