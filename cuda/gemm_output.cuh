@@ -18,13 +18,12 @@
 
 namespace mw {
 
-constexpr int GEMM_OUTPUT_TILES = 16;                        // one m16 block of tiles a step
 constexpr int GEMM_OUTPUT_NT = GEMM_OUTPUT_CHANNELS / 8;     // n8 blocks of a position's products
 // Floats between two channels' 16 tiles in shared memory: the padding spreads a warp's fragment
 // stores (channels 2 t4 and tiles g) over the banks.
 constexpr int GEMM_OUTPUT_CHANNEL_STRIDE = 18;
 constexpr int GEMM_OUTPUT_POSITION_FLOATS = GEMM_OUTPUT_CHANNELS * GEMM_OUTPUT_CHANNEL_STRIDE;
-static_assert(GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
+static_assert(GEMM_OUTPUT_TILES == 16 && GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
 // The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
 // (megawino.gpu.nvrtc.GemmSmemKernel.reserve).
 extern "C" __device__ int mw_gemm_output_smem_bytes =

@@ -23,7 +23,11 @@ SHAPES = [LayerSpec(2, 32, 40, 13, 11), LayerSpec(3, 64, 64, 9, 14), LayerSpec(1
 
 
 def fused(spec, m=4, **kw):
-    return dataclasses.replace(default_params(spec, m), fused_output=True, gemm_k_per_task=GEMM_OUTPUT_CHANNELS, **kw)
+    """The heuristic's sizes with GEMM_OUTPUT tasks (``kw`` overrides; a new group size takes
+    whole-group transform tasks)."""
+    split = {} if "tiles_per_group" not in kw else {"input_tiles_per_task": None, "output_tiles_per_task": None}
+    return dataclasses.replace(default_params(spec, m), fused_output=True, gemm_k_per_task=GEMM_OUTPUT_CHANNELS,
+                               **split, **kw)
 
 
 def inputs(spec, seed):
@@ -74,11 +78,12 @@ def test_mappings_are_valid_and_simulated(spec):
 @pytest.mark.parametrize("spec", SHAPES, ids=lambda s: s.shape_string + s.layout)
 def test_cpu_executor_matches_float64(spec, m):
     x, w, xl = inputs(spec, 1)
-    graph = build_graph(spec, fused(spec, m))
-    order = mapping_mod.interleaved_mapping(graph, 4, 8, 2)
-    got = nchw(spec, executor.execute(graph, order, xl, w).y)
     ref = direct_conv_nchw(x.astype(np.float64), w.astype(np.float64), padding=1)
-    assert rel_l2(got, ref) < 3e-6
+    for params in (fused(spec, m), fused(spec, m, tiles_per_group=16)):
+        graph = build_graph(spec, params)
+        order = mapping_mod.interleaved_mapping(graph, 4, 8, 2)
+        got = nchw(spec, executor.execute(graph, order, xl, w).y)
+        assert rel_l2(got, ref) < 3e-6
 
 
 def test_errors_before_anything_runs():
@@ -87,6 +92,9 @@ def test_errors_before_anything_runs():
         TaskParams(fused_output=True, gemm_k_per_task=64)
     with pytest.raises(ValueError, match="buffer_groups"):
         TaskParams(fused_output=True, gemm_k_per_task=32, buffer_groups=2)
+    assert TaskParams(fused_output=True, gemm_k_per_task=32, tiles_per_group=16).tiles_per_group == 16
+    with pytest.raises(ValueError, match="multiple of 64"):
+        TaskParams(tiles_per_group=32)
     with pytest.raises(ValueError, match="True or False"):
         TaskParams(fused_output="yes", gemm_k_per_task=32)
     with pytest.raises(ValueError, match="up to 64"):
@@ -98,7 +106,7 @@ def test_table_entries_with_gemm_output_tasks_apply_only_where_they_can():
     """choose() keeps a GEMM_OUTPUT entry for 3xTF32 plans of a narrow enough layer and gives the
     heuristic's GEMM and OUTPUT sizes otherwise (other arithmetics, a wider borrowed shape)."""
     from megawino.tuning import table as tuning
-    entry = {"params": dataclasses.asdict(fused(LayerSpec(64, 32, 64, 208, 208))),
+    entry = {"params": dataclasses.asdict(fused(LayerSpec(64, 32, 64, 208, 208), tiles_per_group=32)),
              "mapping": {"dig": 264, "dgo": 264, "m": 4}}
     for spec, allowed, kept in ((LayerSpec(64, 32, 64, 208, 208), True, True),
                                 (LayerSpec(64, 32, 64, 208, 208), False, False),
@@ -108,7 +116,7 @@ def test_table_entries_with_gemm_output_tasks_apply_only_where_they_can():
         params, _ = tuning.entry_params(entry, spec, allowed)
         assert params.fused_output == kept
         if not kept:
-            assert params.gemm_k_per_task == default_params(spec).gemm_k_per_task
+            assert params == default_params(spec)
         assert build_graph(spec, params).num_tasks > 0
     # The shipped H100 table's GEMM_OUTPUT entries: kept for 3xTF32, replaced for FFMA plans.
     res1 = LayerSpec(64, 32, 64, 208, 208)
@@ -137,16 +145,16 @@ def test_gpu_fused_is_the_gemm_and_output_graphs_bits(spec, m):
     import megawino
     x, w, xl = inputs(spec, 7)
     xd, wd = cupy.asarray(xl), cupy.asarray(w)
-    params = fused(spec, m)
     ref = _run(megawino.plan(spec, params=default_params(spec, m)), xd, wd)
-    mega = megawino.plan(spec, params=params)
-    assert "fused_output" in repr(mega)
-    y = _run(mega, xd, wd)
-    err = rel_l2(nchw(spec, y), direct_conv_nchw(x, w, 1, 1))
-    assert not bool(cupy.isnan(y).any()) and err < {4: 3e-6, 2: 1e-6}[m], err
-    assert bool((y == ref).all()), "GEMM_OUTPUT tasks differ from the GEMM and OUTPUT tasks"
-    y2 = _run(megawino.plan(spec, params=params, algo="nonfused"), xd, wd)
-    assert bool((y2 == y).all()), "megakernel and non-fused GEMM_OUTPUT results differ"
+    for params in (fused(spec, m), fused(spec, m, tiles_per_group=16)):
+        mega = megawino.plan(spec, params=params)
+        assert "fused_output" in repr(mega)
+        y = _run(mega, xd, wd)
+        err = rel_l2(nchw(spec, y), direct_conv_nchw(x, w, 1, 1))
+        assert not bool(cupy.isnan(y).any()) and err < {4: 3e-6, 2: 1e-6}[m], err
+        assert bool((y == ref).all()), f"GEMM_OUTPUT tasks ({params.tiles_per_group} tiles a group) differ from GEMM + OUTPUT"
+        y2 = _run(megawino.plan(spec, params=params, algo="nonfused"), xd, wd)
+        assert bool((y2 == y).all()), "megakernel and non-fused GEMM_OUTPUT results differ"
 
 
 @pytest.mark.gpu

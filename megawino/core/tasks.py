@@ -66,6 +66,9 @@ TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input l
 # products of one position for 16 tiles and these channels are a warp's registers.
 GEMM_OUTPUT_CHANNELS = 32
 GEMM_OUTPUT_MAX_C_STRIDE = 64
+# Tiles a GEMM_OUTPUT task multiplies at a time (GEMM_OUTPUT_TILES in cuda/gemm_output.cuh: one m16
+# block); its groups are a multiple of it.
+GEMM_OUTPUT_TILES = 16
 
 # Size limits (check_size): the kernels hold tile ids, channel indices, task ids, tickets and
 # counter offsets in int32, and the task records are int32.
@@ -133,14 +136,19 @@ class TaskParams:
     fused_output: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.fused_output, (bool, np.bool_)):
+            raise ValueError(f"TaskParams.fused_output must be True or False, got {self.fused_output!r}")
+        object.__setattr__(self, "fused_output", bool(self.fused_output))
         if isinstance(self.m, bool) or self.m not in (2, 4):
             raise ValueError(f"TaskParams.m must be 2 or 4, got {self.m!r}")
         for field in ("tiles_per_group", "input_channels_per_task", "gemm_k_per_task",
                       "output_k_per_task", "filter_pairs_per_task"):
             _positive_int(f"TaskParams.{field}", getattr(self, field), TASK_PARAM_LIMITS[field])
-        if self.tiles_per_group % GEMM_BLOCK_ROWS:
-            raise ValueError(f"TaskParams.tiles_per_group must be a multiple of {GEMM_BLOCK_ROWS}, "
-                             f"got {self.tiles_per_group}")
+        # Groups of GEMM_OUTPUT tasks need no GEMM tile of GEMM_BLOCK_ROWS rows.
+        rows = GEMM_OUTPUT_TILES if self.fused_output else GEMM_BLOCK_ROWS
+        if self.tiles_per_group % rows:
+            raise ValueError(f"TaskParams.tiles_per_group must be a multiple of {rows}"
+                             f"{' (fused_output)' if rows == GEMM_OUTPUT_TILES else ''}, got {self.tiles_per_group}")
         if self.gemm_k_per_task % K_ALIGN:
             raise ValueError(f"TaskParams.gemm_k_per_task must be a multiple of {K_ALIGN}, "
                              f"got {self.gemm_k_per_task}")
@@ -157,9 +165,6 @@ class TaskParams:
         if self.buffer_groups is not None:
             object.__setattr__(self, "buffer_groups", _positive_int(
                 "TaskParams.buffer_groups", self.buffer_groups, TASK_PARAM_LIMITS["buffer_groups"]))
-        if not isinstance(self.fused_output, (bool, np.bool_)):
-            raise ValueError(f"TaskParams.fused_output must be True or False, got {self.fused_output!r}")
-        object.__setattr__(self, "fused_output", bool(self.fused_output))
         if self.fused_output and self.gemm_k_per_task != GEMM_OUTPUT_CHANNELS:
             raise ValueError(f"TaskParams.fused_output needs gemm_k_per_task={GEMM_OUTPUT_CHANNELS} "
                              f"(the output channels of a GEMM_OUTPUT task), got {self.gemm_k_per_task}")

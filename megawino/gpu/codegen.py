@@ -49,6 +49,7 @@ def header_text() -> str:
         f"constexpr int GEMM_TILE_COLS = {tasks.GEMM_TILE_COLS};",
         f"constexpr int GEMM_OUTPUT_CHANNELS = {tasks.GEMM_OUTPUT_CHANNELS};   // output channels of a GEMM_OUTPUT task",
         f"constexpr int GEMM_OUTPUT_MAX_C_STRIDE = {tasks.GEMM_OUTPUT_MAX_C_STRIDE};",
+        f"constexpr int GEMM_OUTPUT_TILES = {tasks.GEMM_OUTPUT_TILES};   // tiles a GEMM_OUTPUT task multiplies at a time",
         f"constexpr int COUNTER_STRIDE = {tasks.COUNTER_STRIDE};",
         "// abi.PAIRED_CHANNELS, 4 bits an entry: the channel at stored position i of 16 in a paired U row.",
         f"constexpr unsigned long long PAIRED_CHANNELS_PACKED = 0x{_packed_nibbles(abi.PAIRED_CHANNELS):016x}ull;",

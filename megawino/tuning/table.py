@@ -35,7 +35,8 @@ from ..schedule.mapping import MappingParams
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
 from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
-from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_MAX_C_STRIDE, K_ALIGN,
+from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_MAX_C_STRIDE,
+                          GEMM_OUTPUT_TILES, K_ALIGN,
                           LANE_CHANNELS, Layout, TaskParams, channel_stride, round_up)
 from ..core.winograd import tiles_for
 
@@ -241,11 +242,11 @@ def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> Ma
 
 def entry_params(entry: dict, spec: LayerSpec, fused_output: bool = True) -> tuple[TaskParams, MappingParams]:
     """The entry's parameters for ``spec`` (its own shape's or a borrowed one's); a GEMM_OUTPUT
-    entry becomes the heuristic's GEMM and OUTPUT sizes where ``fused_output`` is off (plans of
-    another GEMM arithmetic) or the layer's C is too wide for GEMM_OUTPUT tasks."""
+    entry gives the heuristic's task sizes (with the entry's mapping) where ``fused_output`` is off
+    (plans of another GEMM arithmetic) or the layer's C is too wide for GEMM_OUTPUT tasks."""
     params = dict(entry["params"])
     if params.get("fused_output") and (not fused_output or channel_stride(spec.C) > GEMM_OUTPUT_MAX_C_STRIDE):
-        params.update(fused_output=False, gemm_k_per_task=default_params(spec, params["m"]).gemm_k_per_task)
+        return default_params(spec, params["m"]), mapping_from_entry(entry["mapping"])
     if not params.get("fused_output"):
         # A borrowed GEMM K width may not fit a layer with fewer output channels.
         params["gemm_k_per_task"] = min(params["gemm_k_per_task"], round_up(spec.K, K_ALIGN))
@@ -339,7 +340,9 @@ def fused_candidates(spec: LayerSpec, base: TaskParams, workers: int):
     tiles = spec.N * tiles_for(spec.out_h, base.m) * tiles_for(spec.out_w, base.m)
     c_pad = channel_stride(spec.C)
     waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
-    for tiles_per_group in sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS, base.tiles_per_group}):
+    # Groups down to one step of the task (GEMM_OUTPUT_TILES): small layers need many tasks.
+    for tiles_per_group in sorted({GEMM_OUTPUT_TILES, 2 * GEMM_OUTPUT_TILES, GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS,
+                                   4 * GEMM_BLOCK_ROWS, base.tiles_per_group}):
         groups = -(-tiles // tiles_per_group)
         fused = dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=GEMM_OUTPUT_CHANNELS,
                                     fused_output=True, input_tiles_per_task=None, output_tiles_per_task=None)
