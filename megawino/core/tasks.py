@@ -62,8 +62,9 @@ TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input l
                           # 256-thread block busy on one 32-channel chunk
 
 # Output channels of one GEMM_OUTPUT task (GEMM_OUTPUT_CHANNELS in cuda/gemm_output.cuh: four
-# n8 blocks of the products' MMAs) and the most padded input channels (c_stride) it takes: the
-# products of one position for 16 tiles and these channels are a warp's registers.
+# n8 blocks of the products' MMAs, a warp's registers for one position) and the most padded input
+# channels (c_stride) it takes: it reads U's block from L2 again for every 16 tiles, which only a
+# short reduction keeps cheap.
 GEMM_OUTPUT_CHANNELS = 32
 GEMM_OUTPUT_MAX_C_STRIDE = 64
 # Tiles a GEMM_OUTPUT task multiplies at a time (GEMM_OUTPUT_TILES in cuda/gemm_output.cuh: one m16
