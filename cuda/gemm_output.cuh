@@ -19,10 +19,6 @@
 namespace mw {
 
 constexpr int GEMM_OUTPUT_NT = GEMM_OUTPUT_CHANNELS / 8;     // n8 blocks of a position's products
-// -DMW_GEMM_OUTPUT_PREFETCH=1: each k tile first asks the L1 for the next one's lines (A/B builds).
-#ifndef MW_GEMM_OUTPUT_PREFETCH
-#define MW_GEMM_OUTPUT_PREFETCH 0
-#endif
 // Floats between two channels' 16 tiles in shared memory: the padding spreads a warp's fragment
 // stores (channels 2 t4 and tiles g) over the banks.
 constexpr int GEMM_OUTPUT_CHANNEL_STRIDE = 18;
@@ -66,18 +62,6 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll 1
       for (int kt = 0; kt < k_tiles; ++kt) {
-#if MW_GEMM_OUTPUT_PREFETCH
-        {   // the next k tile's lines (the next position's first), so that its loads find them in the L1
-          const int next_pos = kt + 1 < k_tiles ? pos : pos + BLOCK_THREADS / 32;
-          const int next_kt = kt + 1 < k_tiles ? kt + 1 : 0;
-          if (next_pos < ALPHA2) {
-            if (lane < GEMM_OUTPUT_TILES)
-              prefetch_l1(V + (static_cast<long long>(next_pos) * p.buffer_tiles + row_group + sub + lane) * c_stride + 16 * next_kt);
-            if (k0 + lane < k_stride)
-              prefetch_l1(U + (static_cast<long long>(next_pos) * k_stride + k0 + lane) * c_stride + 16 * next_kt);
-          }
-        }
-#endif
         const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
         const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
         float4 b[GEMM_OUTPUT_NT];

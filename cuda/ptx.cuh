@@ -118,9 +118,6 @@ __device__ __forceinline__ void sts_u32x4(unsigned a, unsigned x, unsigned y, un
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
 }
 
-// Asks for the 128-byte line at p in the L1 (a hint: no register waits for it).
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-
 // Hides four values from the optimizer, so that arithmetic on them is not hoisted out of a loop
 // (where it would hold registers across the loop body).
 __device__ __forceinline__ void opaque(int& a, int& b, int& c, int& d) {
