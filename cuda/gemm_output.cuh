@@ -19,10 +19,14 @@
 namespace mw {
 
 constexpr int GEMM_OUTPUT_NT = GEMM_OUTPUT_CHANNELS / 8;     // n8 blocks of a position's products
-// Floats between two channels' 16 tiles in shared memory: the padding spreads a warp's fragment
-// stores (channels 2 t4 and tiles g) over the banks.
-constexpr int GEMM_OUTPUT_CHANNEL_STRIDE = 18;
-constexpr int GEMM_OUTPUT_POSITION_FLOATS = GEMM_OUTPUT_CHANNELS * GEMM_OUTPUT_CHANNEL_STRIDE;
+constexpr int GEMM_OUTPUT_POSITION_FLOATS = GEMM_OUTPUT_CHANNELS * GEMM_OUTPUT_TILES;
+// Where the product of (channel, tile) waits in its position's plane: rows of 32 floats hold a
+// channel pair's 16 tiles each, their columns XOR-swizzled by the pair's low two bits, so that a
+// warp's fragment stores (channels 2 t4 + h, tiles g + 8 i) and its NCHW reads (two channels' 16
+// tiles) each touch 32 banks.
+__device__ __forceinline__ int gemm_output_slot(int ch, int tile) {
+  return (ch >> 1) * 32 + ((((ch & 1) << 4) | tile) ^ (((ch >> 1) & 3) << 3));
+}
 static_assert(GEMM_OUTPUT_TILES == 16 && GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
 // The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
 // (megawino.gpu.nvrtc.GemmSmemKernel.reserve).
@@ -89,11 +93,11 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
       float* Mp = smem + pos * GEMM_OUTPUT_POSITION_FLOATS;
 #pragma unroll
       for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
-        float* c = Mp + (8 * nt + 2 * t4) * GEMM_OUTPUT_CHANNEL_STRIDE + g;
-        c[0] = acc[nt][0];
-        c[GEMM_OUTPUT_CHANNEL_STRIDE] = acc[nt][1];
-        c[8] = acc[nt][2];
-        c[GEMM_OUTPUT_CHANNEL_STRIDE + 8] = acc[nt][3];
+        const int ch = 8 * nt + 2 * t4;
+        Mp[gemm_output_slot(ch, g)] = acc[nt][0];
+        Mp[gemm_output_slot(ch + 1, g)] = acc[nt][1];
+        Mp[gemm_output_slot(ch, g + 8)] = acc[nt][2];
+        Mp[gemm_output_slot(ch + 1, g + 8)] = acc[nt][3];
       }
     }
     __syncthreads();
@@ -106,7 +110,7 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
       if (t < p.tiles && k0 + ch < K) {
         float mm[ALPHA2];
 #pragma unroll
-        for (int q = 0; q < ALPHA2; ++q) mm[q] = smem[q * GEMM_OUTPUT_POSITION_FLOATS + ch * GEMM_OUTPUT_CHANNEL_STRIDE + tile];
+        for (int q = 0; q < ALPHA2; ++q) mm[q] = smem[q * GEMM_OUTPUT_POSITION_FLOATS + gemm_output_slot(ch, tile)];
         output_store_channel<M, NHWC>(p, y, mm, tile_coord(p, t), k0 + ch);
       }
     }
