@@ -42,6 +42,10 @@ WIDE_PARAMS = TaskParams(m=4, tiles_per_group=64, input_channels_per_task=24, ge
                          output_k_per_task=40, filter_pairs_per_task=700, input_tiles_per_task=32,
                          output_tiles_per_task=16)
 RING = {"mapping": MappingParams(8, 24, 1), "ring_buffers": True}
+# GEMM_OUTPUT tasks (M in shared memory, U transposed) in 32-tile groups of 16-tile input tasks.
+FUSED_PARAMS = TaskParams(m=4, tiles_per_group=32, input_channels_per_task=32, gemm_k_per_task=32,
+                          output_k_per_task=32, filter_pairs_per_task=256, input_tiles_per_task=16,
+                          fused_output=True)
 
 # (layer, algo, m (None: not Winograd), task params (None: the table / heuristic), gemm_math[,
 # further plan arguments])
@@ -61,6 +65,9 @@ CASES = [
     # V and M as a ring of slots: inputs and GEMMs wait for the group whose slot they reuse.
     (LayerSpec(6, 24, 150, 40, 38), "megakernel", 4, WIDE_PARAMS, "bf16x3", RING),
     (LayerSpec(6, 24, 40, 40, 38, layout="NHWC"), "megakernel", 4, WIDE_PARAMS, "3xtf32", RING),
+    # GEMM_OUTPUT tasks: C of 3 k tiles, K past one K block, partial tiles.
+    (LayerSpec(2, 48, 40, 13, 11), "megakernel", 4, FUSED_PARAMS, "3xtf32"),
+    (LayerSpec(2, 48, 40, 13, 11, layout="NHWC"), "nonfused", 4, FUSED_PARAMS, "3xtf32"),
     # The pointwise path: partial row and column tiles read and written in unpadded tensors.
     (LayerSpec(3, 36, 200, 6, 10, 1, 1, 1, 0), "pointwise", None, None, "3xtf32"),
     (LayerSpec(3, 20, 44, 7, 5, 1, 1, 1, 0, "NHWC"), "pointwise", None, None, "3xtf32"),
@@ -71,7 +78,8 @@ def describe(case) -> str:
     spec, algo, m, params, gemm_math, *extra = case
     if m is None:
         return f"{spec.describe()} {spec.layout} {algo} {gemm_math}"
-    sizes = {None: "default task sizes", ODD_PARAMS: "odd task sizes", WIDE_PARAMS: "wide K blocks"}[params]
+    sizes = {None: "default task sizes", ODD_PARAMS: "odd task sizes", WIDE_PARAMS: "wide K blocks",
+             FUSED_PARAMS: "GEMM_OUTPUT tasks"}[params]
     ring = " ring buffers" if extra and extra[0].get("ring_buffers") else ""
     return f"{spec.describe()} {spec.layout} {algo} m={m} {gemm_math} {sizes}{ring}"
 
