@@ -19,9 +19,9 @@ constexpr int CHANNEL_ALIGN = 16;
 constexpr int K_ALIGN = 4;
 constexpr int GEMM_BLOCK_ROWS = 64;
 constexpr int GEMM_TILE_COLS = 64;
-constexpr int GEMM_OUTPUT_CHANNELS = 32;   // output channels of a GEMM_OUTPUT task
+constexpr int GEMM_OUTPUT_CHANNELS = 32;   // a GEMM_OUTPUT task's output channels
 constexpr int GEMM_OUTPUT_MAX_C_STRIDE = 64;
-constexpr int GEMM_OUTPUT_TILES = 16;   // tiles a GEMM_OUTPUT task multiplies at a time
+constexpr int GEMM_OUTPUT_TILES = 16;   // tiles a GEMM_OUTPUT step multiplies
 constexpr int COUNTER_STRIDE = 32;
 // abi.PAIRED_CHANNELS, 4 bits an entry: the channel at stored position i of 16 in a paired U row.
 constexpr unsigned long long PAIRED_CHANNELS_PACKED = 0xfb73ea62d951c840ull;

@@ -12,9 +12,9 @@ import dataclasses
 import numpy as np
 
 from .spec import LayerSpec
-from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, GEMM_OUTPUT_MAX_C_STRIDE, INT32_MAX, K_ALIGN,
-                    LANE_CHANNELS, NO_COUNTER, TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES, Layout, TaskParams,
-                    TaskType, round_up)
+from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, GEMM_OUTPUT_MAX_C_STRIDE, INT32_MAX,
+                    K_ALIGN, LANE_CHANNELS, NO_COUNTER, TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES,
+                    Layout, TaskParams, TaskType, round_up)
 from .task_graph import TaskGraph
 from .winograd import tiles_for
 

@@ -36,8 +36,7 @@ from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
 from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
 from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_MAX_C_STRIDE,
-                          GEMM_OUTPUT_TILES, K_ALIGN,
-                          LANE_CHANNELS, Layout, TaskParams, channel_stride, round_up)
+                          GEMM_OUTPUT_TILES, K_ALIGN, LANE_CHANNELS, Layout, TaskParams, channel_stride, round_up)
 from ..core.winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
@@ -346,8 +345,8 @@ def fused_candidates(spec: LayerSpec, base: TaskParams, workers: int):
         groups = -(-tiles // tiles_per_group)
         fused = dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=GEMM_OUTPUT_CHANNELS,
                                     fused_output=True, input_tiles_per_task=None, output_tiles_per_task=None)
-        for input_channels in sorted({transform_chunk(c_pad, TRANSFORM_PAIRS_PER_TASK // tiles_per_group, groups, workers),
-                                      min(c_pad, LANE_CHANNELS)}):
+        chunk = TRANSFORM_PAIRS_PER_TASK // tiles_per_group
+        for input_channels in sorted({transform_chunk(c_pad, chunk, groups, workers), min(c_pad, LANE_CHANNELS)}):
             params = dataclasses.replace(fused, input_channels_per_task=input_channels)
             for input_tiles in sorted({tiles_per_group, transform_split(spec, params, workers)[0]}):
                 for dig, per_column in itertools.product(waves, (1, 4, 8)):
