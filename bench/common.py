@@ -1,5 +1,6 @@
 """Shared helpers for the bench scripts: statistics, L2-rotation sizing, CUDA-event
-timing, JSON hygiene and cuDNN's legacy convolution API through ctypes.
+timing, JSON hygiene, cuDNN's legacy convolution API through ctypes and the static part of
+compare.py's layer records.
 
 Importing this module needs neither CuPy nor PyTorch nor a GPU: everything that
 touches the device imports CuPy / PyTorch inside the function that needs it.
@@ -302,3 +303,17 @@ def git_commit(repo_root) -> str | None:
         return (head + ("+dirty" if dirty else "")) or None
     except Exception:
         return None
+
+
+def layer_record(spec, layout=None) -> dict:
+    """The static part of a layer record (shape, FLOPs, GEMM shape of the Winograd stage)."""
+    rec = {"name": spec.name, "shape": spec.shape_string, "describe": spec.describe(),
+           "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "R": spec.R,
+           "S": spec.S, "stride": spec.stride, "padding": spec.padding,
+           "direct_flops": spec.direct_flops, "min_bytes": spec.min_bytes, "backends": {}}
+    if layout is not None:
+        rec["gemm"] = {"alpha2": layout.alpha2, "tiles": layout.tiles, "tiles_padded": layout.tiles_padded,
+                       "c_stride": layout.c_stride, "k_stride": layout.k_stride,
+                       "flops": 2 * layout.alpha2 * layout.tiles_padded * layout.c_stride * layout.k_stride,
+                       "useful_flops": 2 * layout.alpha2 * layout.tiles * spec.C * spec.K}
+    return rec

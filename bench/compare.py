@@ -34,9 +34,8 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 import compare_backends  # noqa: E402
-from common import (CUDNN_ALGOS, find_loaded_library, geomean, json_clean, median,  # noqa: E402
+from common import (CUDNN_ALGOS, find_loaded_library, geomean, json_clean, layer_record, median,  # noqa: E402
                     ratio, short_error, tflops)
-from compare_backends import layer_record  # noqa: E402
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
 # The device side is compare_backends.py; these stay reachable as compare.<name>.

@@ -8,7 +8,6 @@ TF32 is on only while a ``cudnn_tf32_*`` column runs.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -21,7 +20,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
-                    free_gpu_memory, git_commit, gpu_rel_l2, rotation_sets, set_fp32_precision,
+                    free_gpu_memory, git_commit, gpu_rel_l2, layer_record, rotation_sets, set_fp32_precision,
                     short_error, time_cuda_stats)
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
 from megawino.core import abi  # noqa: E402
@@ -30,21 +29,6 @@ from megawino.core.tasks import Layout, TaskType  # noqa: E402
 
 # TF32 products carry about 1e-3 relative error: above this a TF32 output is wrong, not rounded.
 TF32_TOLERANCE = 1e-2
-
-
-def layer_record(spec, layout=None) -> dict:
-    """The static part of a layer record (shape, FLOPs, GEMM shape of the Winograd stage)."""
-    rec = {"name": spec.name, "shape": spec.shape_string, "describe": spec.describe(),
-           "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "R": spec.R,
-           "S": spec.S, "stride": spec.stride, "padding": spec.padding,
-           "direct_flops": spec.direct_flops, "min_bytes": spec.min_bytes, "backends": {}}
-    if layout is not None:
-        rec["gemm"] = {"alpha2": layout.alpha2, "tiles": layout.tiles,
-                       "tiles_padded": layout.tiles_padded, "c_stride": layout.c_stride,
-                       "k_stride": layout.k_stride,
-                       "flops": 2 * layout.alpha2 * layout.tiles_padded * layout.c_stride * layout.k_stride,
-                       "useful_flops": 2 * layout.alpha2 * layout.tiles * spec.C * spec.K}
-    return rec
 
 
 # ---------------------------------------------------------------------------
@@ -258,7 +242,7 @@ class Bench:
             out["cudnn_rel_err_vs_f64"] = rel_l2(self.cp.asnumpy(st["ref"]["cudnn"][0:1]), st["ref"]["f64"])
         return out
 
-    def _make_plan(self, spec, algo: str):
+    def _make_plan(self, spec, algo: str, params=None):
         rt = self.rt
         if rt is None:
             raise NotAvailable(f"megawino.runtime did not import: {self.rt_error}")
@@ -266,7 +250,7 @@ class Bench:
         if algo == "direct" and "direct" not in algos:
             raise NotAvailable("direct path not built")
         winograd = {} if algo == "direct" else {"gemm_math": self.gemm_math}
-        return rt.plan(spec, algo=algo, **winograd)
+        return rt.plan(spec, algo=algo, **winograd, **({} if params is None else {"params": params}))
 
     def _ours(self, spec, st, algo: str) -> dict:
         cp = self.cp
@@ -352,22 +336,16 @@ class Bench:
         if self.primary != "megakernel":
             raise NotAvailable("not a Winograd layer")
         plan = st.pop("plan_nonfused", None) or self._make_plan(spec, "nonfused")
-        params = getattr(plan, "params", None)
-        make = lambda: self._make_plan(spec, "nonfused")  # noqa: E731
-        if getattr(params, "fused_output", False):
-            # GEMM_OUTPUT tasks keep no M: the stage timed is that of the GEMM and OUTPUT graph.
-            unfused = dataclasses.replace(params, fused_output=False,
-                                          gemm_k_per_task=default_params(spec, params.m).gemm_k_per_task)
-            make = lambda: self.rt.plan(spec, algo="nonfused", params=unfused, gemm_math=self.gemm_math)  # noqa: E731
-            plan = make()
-        launch = getattr(plan, "launch_stage", None)
-        if launch is None:
+        params = None   # GEMM_OUTPUT tasks keep no M: their layer's stage is the heuristic GEMM graph's
+        if getattr(getattr(plan, "params", None), "fused_output", False):
+            params = default_params(spec, plan.params.m)
+            plan = self._make_plan(spec, "nonfused", params)
+        if getattr(plan, "launch_stage", None) is None:
             raise NotAvailable("the non-fused plan exposes no launch_stage")
         lay = plan.task_layout
-        per_set = 4 * (lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride)
-                                     + lay.c_stride * lay.k_stride))
+        per_set = 4 * lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride) + lay.c_stride * lay.k_stride)
         n = rotation_sets(per_set, self.l2, min_sets=1, budget_bytes=self._budget())
-        plans = [plan] + [make() for _ in range(n - 1)]
+        plans = [plan] + [self._make_plan(spec, "nonfused", params) for _ in range(n - 1)]
         for p in plans:
             p(st["xs"][0], st["w"], check=True)
         sample = min(lay.tiles_padded, 1024)            # rows of position 0 against float64

@@ -77,6 +77,15 @@ class Fused:
                 shared_mem=smem)
 
 
+def record_check(result: dict, spec, err: float, tol: float) -> bool:
+    """Whether a check's relative L2 error against float64 is finite and under ``tol``, recorded in
+    ``result`` and printed."""
+    ok = bool(math.isfinite(err) and err < tol)
+    result["checks"].append({"shape": spec.shape_string, "rel_l2_vs_f64": err, "ok": ok})
+    print(f"check {spec.shape_string:28} rel. L2 vs float64 {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="resnet50.conv2_x,vgg16.conv1_2,yolov3.res1,yolov3.res2")
@@ -108,10 +117,7 @@ def main(argv=None) -> int:
         ref = torch.nn.functional.conv2d(torch.as_tensor(x, device="cuda").double(),
                                          torch.as_tensor(w, device="cuda").double(), padding=1)
         err = gpu_rel_l2(y, cupy.asarray(ref))   # a zero-copy view of PyTorch's float64 output
-        ok = bool(math.isfinite(err) and err < tol)
-        result["checks"].append({"shape": spec.shape_string, "rel_l2_vs_f64": err, "ok": ok})
-        print(f"check {spec.shape_string:28} rel. L2 vs float64 {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
-        return ok
+        return record_check(result, spec, err, tol)
 
     ok = all([check(LayerSpec(3, 32, 64, 11, 13)), check(LayerSpec(1, 64, 128, 7, 5)),
               check(LayerSpec(2, 64, 32, 2, 3))])

@@ -21,6 +21,8 @@ import sys
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from fused_f2_probe import record_check  # noqa: E402
 TILES, CHANNELS, THREADS = 16, 32, 256
 SMEM_BYTES = 36 * CHANNELS * 20 * 4
 
@@ -77,11 +79,7 @@ def main(argv=None) -> int:
         y = cupy.full(spec.output_shape, np.nan, dtype=cupy.float32)
         go(cupy.asarray(V, dtype=cupy.float32), cupy.asarray(Ut, dtype=cupy.float32), y)
         ref = torch.nn.functional.conv2d(torch.as_tensor(x, device="cuda"), torch.as_tensor(w, device="cuda"), padding=1)
-        err = gpu_rel_l2(y, cupy.asarray(ref))
-        ok = bool(np.isfinite(err) and err < tol)
-        result["checks"].append({"shape": spec.shape_string, "rel_l2_vs_f64": err, "ok": ok})
-        print(f"check {spec.shape_string:28} rel. L2 vs float64 {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
-        return ok
+        return record_check(result, spec, gpu_rel_l2(y, cupy.asarray(ref)), tol)
 
     ok = all([check(LayerSpec(3, 32, 64, 12, 20)), check(LayerSpec(1, 64, 128, 8, 4)),
               check(LayerSpec(5, 64, 32, 4, 8))])

@@ -14,7 +14,7 @@ import numpy as np
 from .spec import LayerSpec
 from .tasks import (CHANNEL_ALIGN, COUNTER_STRIDE, GEMM_BLOCK_ROWS, GEMM_OUTPUT_MAX_C_STRIDE, INT32_MAX,
                     K_ALIGN, LANE_CHANNELS, NO_COUNTER, TASK_RECORD_FIELDS, TICKET_MARGIN, TRANSFORM_MIN_TILES,
-                    Layout, TaskParams, TaskType, round_up)
+                    Layout, TaskParams, TaskType, gemm_output_fits, round_up)
 from .task_graph import TaskGraph
 from .winograd import tiles_for
 
@@ -107,7 +107,7 @@ def check_size(spec: LayerSpec, params: TaskParams, memory_bytes: int | None = N
     if not isinstance(params, TaskParams):
         raise ValueError(f"params must be TaskParams, got {type(params).__name__}")
     layout = Layout(spec, params)
-    if params.fused_output and layout.c_stride > GEMM_OUTPUT_MAX_C_STRIDE:
+    if params.fused_output and not gemm_output_fits(spec):
         raise ValueError(f"TaskParams.fused_output takes layers of up to {GEMM_OUTPUT_MAX_C_STRIDE} (padded) input "
                          f"channels, got {spec.describe()} (c_stride {layout.c_stride})")
     limits = [

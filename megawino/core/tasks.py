@@ -92,6 +92,11 @@ def channel_stride(channels: int) -> int:
     return round_up(channels, CHANNEL_ALIGN)
 
 
+def gemm_output_fits(spec: LayerSpec) -> bool:
+    """Whether GEMM_OUTPUT tasks (TaskParams.fused_output) take ``spec``: C <= GEMM_OUTPUT_MAX_C_STRIDE."""
+    return channel_stride(spec.C) <= GEMM_OUTPUT_MAX_C_STRIDE
+
+
 def _positive_int(name: str, value, limit: int = INT32_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= limit:
         raise ValueError(f"{name} must be an integer in 1..{limit}, got {value!r}")

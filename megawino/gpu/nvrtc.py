@@ -26,6 +26,12 @@ GEMM_MATHS = {"3xtf32": (1, 0), "ffma": (0, 0), "bf16x3": (0, 1)}
 DEFAULT_GEMM_MATH = "3xtf32"
 
 
+def gemm_output_tasks_allowed(gemm_math: str) -> bool:
+    """Whether plans of ``gemm_math`` may run GEMM_OUTPUT tasks (cuda/gemm_output.cuh multiplies
+    3xTF32 on float32 operands only)."""
+    return check_gemm_math(gemm_math) == "3xtf32"
+
+
 def check_gemm_math(gemm_math: str) -> str:
     if gemm_math not in GEMM_MATHS:
         raise ValueError(f"gemm_math must be one of {tuple(GEMM_MATHS)}, got {gemm_math!r}")

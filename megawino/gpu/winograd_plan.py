@@ -26,7 +26,7 @@ from . import weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
-                    cupy_module, module, module_int, operand_format)
+                    cupy_module, gemm_output_tasks_allowed, module, module_int, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
 from ..core.task_graph import TaskGraph
@@ -107,14 +107,14 @@ class Plan:
         self.workers = sms * max(1, self.blocks_per_sm)
         # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
         self.choice = "given"
+        fused_ok = gemm_output_tasks_allowed(self.gemm_math) and not ring_buffers   # GEMM_OUTPUT tasks may run
         if params is None or mapping is None:
             gpu = tuning.current_gpu_key()
             chosen_params, chosen_mapping, self.choice = tuning.choose(
-                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu,
-                fused_output=self.gemm_math == "3xtf32" and not ring_buffers)
+                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu, fused_output=fused_ok)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
-        if params.fused_output and (self.gemm_math != "3xtf32" or ring_buffers):
+        if params.fused_output and not fused_ok:
             raise ValueError(f"params.fused_output (GEMM_OUTPUT tasks) runs 3xTF32 products without a ring of "
                              f"buffers, got gemm_math={self.gemm_math!r}, ring_buffers={ring_buffers!r}")
         if ring_buffers is None:

@@ -38,7 +38,7 @@ from ..schedule.simulator import CostModel, simulate
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph, default_params
 from ..schedule.timeline import Timeline
-from ..gpu.nvrtc import DEFAULT_GEMM_MATH
+from ..gpu.nvrtc import DEFAULT_GEMM_MATH, gemm_output_tasks_allowed
 from ..gpu.timing import rotated_inputs
 
 
@@ -164,7 +164,8 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
                                                    traced.blocks_per_sm, label=spec.name)
     predicted_default = simulate(graph, traced.order, workers, model).makespan
     del traced
-    ranked = rank_by_simulation(spec, model, workers, top, fused_output=(gemm_math or DEFAULT_GEMM_MATH) == "3xtf32")
+    ranked = rank_by_simulation(spec, model, workers, top,
+                                fused_output=gemm_output_tasks_allowed(gemm_math or DEFAULT_GEMM_MATH))
 
     default_us = measure_us(runtime, spec, params, mp, xs, w, reps)
     seq_task_params = default_params(spec)
@@ -266,7 +267,8 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
             continue
         per_layer = deadline - (budget_s / len(specs)) * (len(specs) - i - 1)
         res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer, gemm_math=gemm_math,
-                         incumbent=incumbent_entry(spec, key, gpu, (gemm_math or DEFAULT_GEMM_MATH) == "3xtf32"))
+                         incumbent=incumbent_entry(spec, key, gpu,
+                                                   gemm_output_tasks_allowed(gemm_math or DEFAULT_GEMM_MATH)))
         win = res.pop("winner")
         tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
         tuning.write_table(path, table)

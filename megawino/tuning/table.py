@@ -35,8 +35,8 @@ from ..schedule.mapping import MappingParams
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
 from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
-from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_MAX_C_STRIDE,
-                          GEMM_OUTPUT_TILES, K_ALIGN, LANE_CHANNELS, Layout, TaskParams, channel_stride, round_up)
+from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_TILES, K_ALIGN,
+                          LANE_CHANNELS, Layout, TaskParams, channel_stride, gemm_output_fits, round_up)
 from ..core.winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
@@ -244,7 +244,7 @@ def entry_params(entry: dict, spec: LayerSpec, fused_output: bool = True) -> tup
     entry gives the heuristic's task sizes (with the entry's mapping) where ``fused_output`` is off
     (plans of another GEMM arithmetic) or the layer's C is too wide for GEMM_OUTPUT tasks."""
     params = dict(entry["params"])
-    if params.get("fused_output") and (not fused_output or channel_stride(spec.C) > GEMM_OUTPUT_MAX_C_STRIDE):
+    if params.get("fused_output") and not (fused_output and gemm_output_fits(spec)):
         return default_params(spec, params["m"]), mapping_from_entry(entry["mapping"])
     if not params.get("fused_output"):
         # A borrowed GEMM K width may not fit a layer with fewer output channels.
@@ -293,12 +293,19 @@ def choose(spec: LayerSpec, key: str | None = None, m: int = 4, workers: int = D
 TRANSFORM_PAIRS_PER_TASK = 4096
 
 
+def mapping_waves(workers: int) -> tuple[int, ...]:
+    """The candidates' DIG and DGO: fractions and multiples of a wave of resident blocks (4 and 8
+    waves hold outputs back until most GEMMs are through, which suits layers with short transform
+    tasks); their M runs from no filter reuse to 8."""
+    return (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
+
+
 def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS, fused_output: bool = False):
     """(TaskParams, MappingParams) pairs the tuner may try, before simulation ranks them; with
     ``fused_output`` (3xTF32 plans) also GEMM_OUTPUT graphs where the layer's C allows them."""
     spec.require_winograd()
     base = default_params(spec, m)
-    if fused_output and channel_stride(spec.C) <= GEMM_OUTPUT_MAX_C_STRIDE:
+    if fused_output and gemm_output_fits(spec):
         yield from fused_candidates(spec, base, workers)
     k_stride = round_up(spec.K, K_ALIGN)
     c_pad = round_up(spec.C, CHANNEL_ALIGN)
@@ -324,10 +331,7 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS,
         for params_whole, (input_tiles, output_tiles) in itertools.product(whole, sorted(splits)):
             params = dataclasses.replace(params_whole, input_tiles_per_task=input_tiles,
                                          output_tiles_per_task=output_tiles)
-            # Distances in fractions and multiples of a wave of resident blocks (4 and 8 waves
-            # hold outputs back until most GEMMs are through, which suits layers with short
-            # transform tasks); M from no filter reuse to 8.
-            waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
+            waves = mapping_waves(workers)
             for dig, dgo, per_column in itertools.product(waves, waves, (1, 4, 8)):
                 if per_column <= groups:
                     yield params, MappingParams(dig, dgo, per_column)
@@ -336,9 +340,9 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS,
 def fused_candidates(spec: LayerSpec, base: TaskParams, workers: int):
     """GEMM_OUTPUT graphs: candidate_space's group sizes, input chunks and input tile splits, and
     its mapping distances for the inputs (the GEMM_OUTPUT tasks have no children: DGO is moot)."""
-    tiles = spec.N * tiles_for(spec.out_h, base.m) * tiles_for(spec.out_w, base.m)
+    tiles = Layout(spec, base).tiles
     c_pad = channel_stride(spec.C)
-    waves = (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
+    waves = mapping_waves(workers)
     # Groups down to one step of the task (GEMM_OUTPUT_TILES): small layers need many tasks.
     for tiles_per_group in sorted({GEMM_OUTPUT_TILES, 2 * GEMM_OUTPUT_TILES, GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS,
                                    4 * GEMM_BLOCK_ROWS, base.tiles_per_group}):
