@@ -41,83 +41,65 @@ __device__ __forceinline__ float4 gemm_output_b(const float* Up, int c_stride, i
   return *reinterpret_cast<const float4*>(Up + static_cast<long long>(n) * c_stride + 16 * kt + 4 * t4);
 }
 
-// The products of position pos for V rows row .. row + 15 (the group's ring-shifted tiles) and n8
-// blocks first_nt .. first_nt + NT - 1 of the K block at k0, parked in the position's plane.  Each
-// n8 block's bits do not depend on NT.  The operands' addresses are formed here from p (shared
-// memory) so that the caller's loop keeps no 64-bit pointers live under the megakernel's register cap.
-template <int NT>
-__device__ __forceinline__ void gemm_output_products(const Params& p, float* smem, int pos, long long row, int k0,
-                                                     int first_nt, int lane) {
-  const int g = lane >> 2, t4 = lane & 3;
-  const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
-  const float* Vp = reinterpret_cast<const float*>(p.V) + (pos * p.buffer_tiles + row) * c_stride + 4 * t4;
-  const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
-  float* Mp = smem + pos * GEMM_OUTPUT_POSITION_FLOATS;
-  float acc[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-  const int k_tiles = c_stride / 16;
-#pragma unroll 1
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
-    const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
-    float4 b[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) b[nt] = gemm_output_b(Up, c_stride, k_stride, kt, k0 + 8 * (first_nt + nt) + g, t4);
-    float part[NT][4];
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      unsigned a_big[1][4], a_small[1][4], b_big[NT][2], b_small[NT][2];
-      split_a_step(a0, a8, q, a_big[0], a_small[0]);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        split_tf32(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
-        split_tf32(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
-      }
-      if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
-      else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = __fadd_rn(acc[nt][e], part[nt][e]);
-  }
-  // C fragment: tiles g and g + 8, channels 2 t4 and 2 t4 + 1 of each n8 block.
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int ch = 8 * (first_nt + nt) + 2 * t4;
-    Mp[gemm_output_slot(ch, g)] = acc[nt][0];
-    Mp[gemm_output_slot(ch + 1, g)] = acc[nt][1];
-    Mp[gemm_output_slot(ch, g + 8)] = acc[nt][2];
-    Mp[gemm_output_slot(ch + 1, g + 8)] = acc[nt][3];
-  }
-}
-
 template <int M, bool NHWC>
 __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int group, int index, float* smem) {
 #if MW_GEMM_TF32X3 && !MW_SPLIT_OPERANDS
   constexpr int ALPHA2 = (M + 2) * (M + 2);
-  constexpr int WARPS = BLOCK_THREADS / 32;
-  // Positions past the last multiple of WARPS are split into n8-block slices, one a warp, so that
-  // every warp multiplies the same number of columns (F(4x4): 4 whole positions and a half).
-  constexpr int WHOLE = ALPHA2 - ALPHA2 % WARPS;
-  constexpr int REST = ALPHA2 % WARPS;
-  constexpr int SLICES = REST == 0 ? 1 : WARPS / REST;
-  static_assert(REST == 0 || (WARPS % REST == 0 && GEMM_OUTPUT_NT % SLICES == 0), "the last positions split evenly");
   const int tid = thread_index(), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
   const int K = static_cast<int>(p.K), tpg = static_cast<int>(p.tiles_per_group);
+  const int k_tiles = c_stride / 16;
   const int k0 = index * GEMM_OUTPUT_CHANNELS;
   const long long t_group = static_cast<long long>(group) * tpg;
   const long long row_group = t_group - ring_shift(p, group);
+  const float* V = reinterpret_cast<const float*>(p.V);
+  const float* U = reinterpret_cast<const float*>(p.U);
   for (int sub = 0; sub < tpg && t_group + sub < p.tiles; sub += GEMM_OUTPUT_TILES) {
-    if constexpr (REST != 0)
-      gemm_output_products<GEMM_OUTPUT_NT / SLICES>(p, smem, WHOLE + warp % REST, row_group + sub, k0,
-                                                    (warp / REST) * (GEMM_OUTPUT_NT / SLICES), lane);
+    for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
+      const float* Vp = V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub) * c_stride + 4 * t4;
+      const float* Up = U + static_cast<long long>(pos) * c_stride * k_stride;
+      float acc[GEMM_OUTPUT_NT][4];
+#pragma unroll
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll 1
-    for (int pos = warp; pos < WHOLE; pos += WARPS)
-      gemm_output_products<GEMM_OUTPUT_NT>(p, smem, pos, row_group + sub, k0, 0, lane);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
+        const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
+        float4 b[GEMM_OUTPUT_NT];
+#pragma unroll
+        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) b[nt] = gemm_output_b(Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
+        float part[GEMM_OUTPUT_NT][4];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          unsigned a_big[1][4], a_small[1][4], b_big[GEMM_OUTPUT_NT][2], b_small[GEMM_OUTPUT_NT][2];
+          split_a_step(a0, a8, q, a_big[0], a_small[0]);
+#pragma unroll
+          for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+            split_tf32(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
+            split_tf32(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
+          }
+          if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+        }
+#pragma unroll
+        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[nt][e] = __fadd_rn(acc[nt][e], part[nt][e]);
+      }
+      // C fragment: tiles g and g + 8, channels 2 t4 and 2 t4 + 1 of each n8 block.
+      float* Mp = smem + pos * GEMM_OUTPUT_POSITION_FLOATS;
+#pragma unroll
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+        const int ch = 8 * nt + 2 * t4;
+        Mp[gemm_output_slot(ch, g)] = acc[nt][0];
+        Mp[gemm_output_slot(ch + 1, g)] = acc[nt][1];
+        Mp[gemm_output_slot(ch, g + 8)] = acc[nt][2];
+        Mp[gemm_output_slot(ch + 1, g + 8)] = acc[nt][3];
+      }
+    }
     __syncthreads();
     // NHWC: a warp's lanes take consecutive channels of a tile (y's contiguous dimension); NCHW:
     // consecutive tiles of a channel.
