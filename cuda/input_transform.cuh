@@ -185,73 +185,100 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
   }
 }
 
-// NCHW: the task runs in rounds of 16 consecutive tiles x 16 channels, one (tile, channel) a
-// thread: lane l of warp w takes tile l & 15 of channel 2 w + (l >> 4), so that each window row a
-// half-warp loads is 16 tiles of one channel row, whole 128-byte lines of x (channel-major lanes
-// would read a few bytes of each of 32 lines an instruction).  The
-// transformed windows meet in sbuf (position, channel, tile: tiles XOR-swizzled by channel >> 1,
-// so that both the parking writes and the reads below hit 32 banks), and after a barrier warp w
-// stores tiles w and w + 8 of every position, a half-warp a tile's 16 channels (64 bytes).  The
-// V stores take the evict-first hint so that V does not push x's lines out of L2 before the next
-// tiles read them.  Rounds walk the channels first, so the two halves of a V line are written
-// one round apart.  A task's tile count is a multiple of tasks.TRANSFORM_MIN_TILES.
+// NCHW: a warp item is 2 consecutive tiles t0, t0 + 1 x 32 channels cw .. cw + 31, in two
+// passes of one channel per thread (lane l: tile t0 + (l >> 4), channel cw + (l & 15) in pass A,
+// cw + 16 + (l & 15) in pass B), so each window load of a warp reads 16 channel planes at two
+// column offsets (about half the 128-byte lines of a warp of 32 channels) within the 128-register
+// cap.  Pass A's results go to the warp's slice of sbuf (buf[q][lane]) and pass B's stay in
+// registers; per position q a lane reads its xor-16 partner's pass-A value, and the warp stores
+// two whole 128-byte lines:
+//   line (q, t0):     lane l writes channel cw + (l ^ 16): lo lanes their pass-B value, hi lanes the partner's;
+//   line (q, t0 + 1): lane l writes channel cw + l:        lo lanes the partner's, hi lanes their pass-B value.
+// The V stores are st.global so that ptxas may issue the shared loads ahead of them, with the
+// evict-first hint so that V does not push x's lines out of L2 before the next tiles read them;
+// pass B sits behind a warp-uniform branch, which keeps ptxas from hoisting its window loads into
+// pass A's transform (more live registers).  The loop is warp-uniform: lanes past c1 compute zeros
+// that are never stored.  A task's tile count is even (a multiple of tasks.TRANSFORM_MIN_TILES).
 // sbuf: alpha^2 * BLOCK_THREADS floats.
 template <int M>
 __device__ __forceinline__ void input_transform_nchw(const Params& p, const float* x, int group, int index,
                                                      float* sbuf) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  constexpr int ROUND_TILES = 16, ROUND_CHANNELS = BLOCK_THREADS / ROUND_TILES;
-  static_assert(ROUND_CHANNELS == 16 && BLOCK_THREADS / 32 == ROUND_TILES / 2 && TRANSFORM_MIN_TILES % ROUND_TILES == 0,
-                "the round's lane maps");
+  static_assert(LANE_CHANNELS == 32, "a warp item is one channel per lane");
   const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
   const int per = static_cast<int>(p.input_channels_per_task);
   const int c0 = slice.chunk * per;
   const int c1 = min(static_cast<int>(p.c_stride), c0 + per);
-  const int channel_rounds = (c1 - c0 + ROUND_CHANNELS - 1) / ROUND_CHANNELS;
-  const int rounds = (slice.tiles / ROUND_TILES) * channel_rounds;
+  const int ncg = (c1 - c0 + 31) >> 5;
+  const int npair = slice.tiles >> 1;
+  const int items = npair * ncg;                          // warp items
+  const long long t_base = slice.t_base;
   const long long plane = p.buffer_tiles * p.c_stride;   // V stride between positions
   const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
   const int pad = static_cast<int>(p.pad);
   const int cs = static_cast<int>(p.c_stride);
   float* V = reinterpret_cast<float*>(p.V) - ring_shift(p, group) * p.c_stride;   // indexed by tile id
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int my_tile = tid & (ROUND_TILES - 1), my_channel = tid / ROUND_TILES;   // window map
-  const int store_channel = lane & (ROUND_CHANNELS - 1);                          // store map
-  const int store_tile = warp + (ROUND_TILES / 2) * (lane >> 4);
-  // sbuf[q][channel][tile ^ (channel >> 1)]
-  float* const park = sbuf + my_channel * ROUND_TILES + (my_tile ^ (my_channel >> 1));
-  const float* const unpark = sbuf + store_channel * ROUND_TILES + (store_tile ^ (store_channel >> 1));
+  const int lane = threadIdx.x & 31;
+  const int s = lane >> 4, k = lane & 15;
+  const bool hi = s != 0;
+  float* buf = sbuf + (threadIdx.x >> 5) * (AA * 32);
 
-  for (int r = 0; r < rounds; ++r) {
-    const int tile_round = r / channel_rounds;
-    const int cr = c0 + (r - tile_round * channel_rounds) * ROUND_CHANNELS;   // the round's first channel
-    const long long t_round = slice.t_base + tile_round * ROUND_TILES;
-    {
-      const long long t = t_round + my_tile;
-      const int c = cr + my_channel;
-      const bool t_ok = t < p.tiles;
-      const TileCoord tc = tile_coord(p, t_ok ? t : 0);
-      float v[AA];
-      transform_window<M, false>(x, tc, c < C ? c : 0, tc.th * M - pad, tc.tw * M - pad, C, H, W,
-                                 t_ok && c < C && c < c1, v);
+  for (int wi = threadIdx.x >> 5; wi < items; wi += BLOCK_THREADS / 32) {
+    const int cg = wi / npair;
+    const int tp = wi - cg * npair;
+    const int cw = c0 + cg * 32;                           // first channel of the warp item
+    const long long t0 = t_base + 2 * tp;                  // first tile of the pair
+    const long long t = t0 + s;                            // this lane's tile
+    const bool t_ok = t < p.tiles;
+    const TileCoord tc = tile_coord(p, t_ok ? t : 0);
+    const int r0 = tc.th * M - pad;
+    const int q0 = tc.tw * M - pad;
+    {   // pass A: channel cw + k, parked in the warp's buffer
+      const int c = cw + k;
+      float va[AA];
+      transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, va);
 #pragma unroll
-      for (int q = 0; q < AA; ++q) park[q * BLOCK_THREADS] = v[q];
+      for (int q = 0; q < AA; ++q) buf[q * 32 + lane] = va[q];
     }
-    __syncthreads();
-    {
-      const int c = cr + store_channel;
-      float* const row = V + (t_round + store_tile) * cs;
-      if constexpr (MW_SPLIT_OPERANDS) {
-        // c1 is even (CHANNEL_ALIGN), so lanes l and l ^ 1 (channels c and c ^ 1) store or skip together.
+    float v[AA];
+    if (cw + 16 < c1) {   // pass B: channel cw + 16 + k, kept in registers
+      const int c = cw + 16 + k;
+      transform_window<M, false>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v);
+    } else {              // no channel of pass B is stored
 #pragma unroll
-        for (int q = 0; q < AA; ++q) store_operand_warp(row + q * plane, cs, c, unpark[q * BLOCK_THREADS], c < c1);
-      } else if (c < c1) {
+      for (int q = 0; q < AA; ++q) v[q] = 0.0f;
+    }
+    __syncwarp();
+    float* const row0 = V + t0 * cs;                       // line (q, t0): channel c0_lane
+    float* const row1 = V + (t0 + 1) * cs;                 // line (q, t0 + 1): channel c1_lane
+    const int c0_lane = cw + (lane ^ 16), c1_lane = cw + lane;
+    if constexpr (MW_SPLIT_OPERANDS) {
+      // c1 is even (CHANNEL_ALIGN), so lanes l and l ^ 1 (channels c and c ^ 1) store or skip together.
+      const bool ok0 = cw + 32 <= c1 || c0_lane < c1, ok1 = cw + 32 <= c1 || c1_lane < c1;
 #pragma unroll
-        for (int q = 0; q < AA; ++q) store_operand<true>(row + q * plane, cs, c, unpark[q * BLOCK_THREADS]);
+      for (int q = 0; q < AA; ++q) {
+        const float a = buf[q * 32 + (lane ^ 16)];
+        store_operand_warp(row0 + q * plane, cs, c0_lane, hi ? a : v[q], ok0);
+        store_operand_warp(row1 + q * plane, cs, c1_lane, hi ? v[q] : a, ok1);
+      }
+    } else if (cw + 32 <= c1) {
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        const float a = buf[q * 32 + (lane ^ 16)];
+        store_operand<true>(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
+        store_operand<true>(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
+      }
+    } else {
+      const bool ok0 = c0_lane < c1, ok1 = c1_lane < c1;
+#pragma unroll
+      for (int q = 0; q < AA; ++q) {
+        const float a = buf[q * 32 + (lane ^ 16)];
+        if (ok0) store_operand<true>(row0 + q * plane, cs, c0_lane, hi ? a : v[q]);
+        if (ok1) store_operand<true>(row1 + q * plane, cs, c1_lane, hi ? v[q] : a);
       }
     }
-    __syncthreads();
+    __syncwarp();
   }
 }
 
