@@ -60,6 +60,17 @@ def test_candidate_space_is_valid():
     assert seen > 4
 
 
+@pytest.mark.parametrize("fused_output", [False, True])
+def test_candidates_include_one_pass_nchw_input_tasks(fused_output):
+    """Input tasks of NCHW_INPUT_PASS_CHANNELS channels (one pass of the NCHW input map) are
+    offered beside the warp-wide ones, for GEMM + OUTPUT and GEMM_OUTPUT graphs."""
+    from megawino.core.tasks import LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS
+    spec = LayerSpec(2, 64, 40, 20, 20)
+    chunks = {p.input_channels_per_task for p, _ in tuning.candidate_space(spec, workers=16, fused_output=fused_output)
+              if p.fused_output == fused_output}
+    assert {NCHW_INPUT_PASS_CHANNELS, LANE_CHANNELS} <= chunks
+
+
 def test_rank_by_simulation_orders_candidates():
     from megawino.schedule.simulator import CostModel
     from megawino.tuning.search import rank_by_simulation

@@ -6,30 +6,34 @@
 # sources, into an untracked folder of the checkout so that they travel to the GPU machine:
 #   mkdir -p bench/experiments/b_cuda && git archive REV cuda | tar x --strip-components=1 -C bench/experiments/b_cuda
 #   OUT=/tmp/ab B_SOURCES=$PWD/bench/experiments/b_cuda bash bench/experiments/source_ab.sh
+# AB_ARGS replaces the compare.py options (default: --backends ours,nonfused,gemm), e.g.
+#   AB_ARGS="--backends ours --layers yolov3.res1,yolov3.res2"; AB_ROUNDS the alternations (2).
 set -u
 source "$(dirname "$0")/device_setup.sh" /tmp/source-ab
 installed=$(python3 -c "from megawino.core.resources import cuda_dir; print(cuda_dir())")
 saved="$out/a-sources"
 mkdir -p "$saved" && cp "$installed"/*.cu* "$saved"/
 use() { cp "$1"/*.cu* "$installed"/; }
-for i in 1 2; do
-  use "$saved"; run_compare a$i "" --backends ours,nonfused,gemm
-  use "$B_SOURCES"; run_compare b$i "" --backends ours,nonfused,gemm
+rounds=${AB_ROUNDS:-2}
+for i in $(seq "$rounds"); do
+  use "$saved"; run_compare a$i "" ${AB_ARGS:---backends ours,nonfused,gemm}
+  use "$B_SOURCES"; run_compare b$i "" ${AB_ARGS:---backends ours,nonfused,gemm}
 done
 use "$saved"
-python3 - "$out" <<'PY'
+python3 - "$out" "$rounds" <<'PY'
 import json, math, sys, pathlib
-out = pathlib.Path(sys.argv[1])
+out, rounds = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 rows = {p.stem: {r["name"]: r["backends"] for r in json.loads(p.read_text()).get("layers", [])}
         for p in sorted(out.glob("*.json"))}
 def us(k, n, b): return (rows[k][n].get(b) or {}).get("median_us") or float("nan")
-print(f"{'layer':22}" + "".join(f"{b[:9] + ' ' + k:>15}" for b in ("megakernel", "nonfused", "gemm_ours") for k in ("a", "b", "b/a")))
-ratios = {b: [] for b in ("megakernel", "nonfused", "gemm_ours")}
+backends = [b for b in ("megakernel", "nonfused", "gemm_ours") if any(b in r for r in rows["a1"].values())]
+print(f"{'layer':22}" + "".join(f"{b[:9] + ' ' + k:>15}" for b in backends for k in ("a", "b", "b/a")))
+ratios = {b: [] for b in backends}
 for n in rows["a1"]:
     cells = []
     for b in ratios:
-        a = (us("a1", n, b) + us("a2", n, b)) / 2
-        bb = (us("b1", n, b) + us("b2", n, b)) / 2
+        a = sum(us(f"a{i}", n, b) for i in range(1, rounds + 1)) / rounds
+        bb = sum(us(f"b{i}", n, b) for i in range(1, rounds + 1)) / rounds
         ratios[b].append(bb / a)
         cells += [f"{a:15.0f}", f"{bb:15.0f}", f"{bb / a:15.3f}"]
     print(f"{n:22}" + "".join(cells))

@@ -36,7 +36,8 @@ from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
 from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
 from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_TILES, K_ALIGN,
-                          LANE_CHANNELS, Layout, TaskParams, channel_stride, gemm_output_fits, round_up)
+                          LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS, Layout, TaskParams, channel_stride,
+                          gemm_output_fits, round_up)
 from ..core.winograd import tiles_for
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
@@ -317,11 +318,12 @@ def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS,
     for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
         groups = -(-tiles // tiles_per_group)
         chunk = TRANSFORM_PAIRS_PER_TASK // tiles_per_group
-        # Transform chunks: default_params' rule for this group size, and one warp's width
-        # (more, shorter transform tasks: what the small layers need).
+        # Transform chunks: default_params' rule for this group size, one warp's width (more,
+        # shorter transform tasks: what the small layers need), and input tasks of one NCHW pass.
         chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
                           transform_chunk(spec.K, chunk, groups, workers)),
-                         (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS))})
+                         (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS)),
+                         (min(c_pad, NCHW_INPUT_PASS_CHANNELS), min(spec.K, LANE_CHANNELS))})
         whole = [dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
                                      input_channels_per_task=input_channels, output_k_per_task=output_k,
                                      input_tiles_per_task=None, output_tiles_per_task=None)
@@ -350,7 +352,8 @@ def fused_candidates(spec: LayerSpec, base: TaskParams, workers: int):
         fused = dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=GEMM_OUTPUT_CHANNELS,
                                     fused_output=True, input_tiles_per_task=None, output_tiles_per_task=None)
         chunk = TRANSFORM_PAIRS_PER_TASK // tiles_per_group
-        for input_channels in sorted({transform_chunk(c_pad, chunk, groups, workers), min(c_pad, LANE_CHANNELS)}):
+        for input_channels in sorted({transform_chunk(c_pad, chunk, groups, workers), min(c_pad, LANE_CHANNELS),
+                                      min(c_pad, NCHW_INPUT_PASS_CHANNELS)}):
             params = dataclasses.replace(fused, input_channels_per_task=input_channels)
             for input_tiles in sorted({tiles_per_group, transform_split(spec, params, workers)[0]}):
                 for dig, per_column in itertools.product(waves, (1, 4, 8)):
