@@ -13,6 +13,7 @@ enum TaskType : int {
 
 constexpr int BLOCK_THREADS = 256;   // threads of every Winograd kernel's block
 constexpr int LANE_CHANNELS = 32;    // channels one transform warp covers
+constexpr int NCHW_INPUT_PASS_CHANNELS = 16;   // channels of one pass of the NCHW input map
 constexpr int TRANSFORM_MIN_TILES = 16;   // a transform task's tiles: a multiple of it
 constexpr int NO_COUNTER = -1;
 constexpr int CHANNEL_ALIGN = 16;

@@ -205,7 +205,7 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
                                                      float* sbuf) {
   constexpr int A = M + 2;
   constexpr int AA = A * A;
-  static_assert(LANE_CHANNELS == 32, "a warp item is one channel per lane");
+  static_assert(LANE_CHANNELS == 32 && NCHW_INPUT_PASS_CHANNELS == 16, "a warp item is two passes of 16 channels");
   const TransformSlice slice = transform_slice(p, group, index, p.input_tiles_per_task);
   const int per = static_cast<int>(p.input_channels_per_task);
   const int c0 = slice.chunk * per;

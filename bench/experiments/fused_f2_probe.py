@@ -86,6 +86,17 @@ def record_check(result: dict, spec, err: float, tol: float) -> bool:
     return ok
 
 
+def run_checks(check, odd_shapes, layers: str):
+    """(ok, specs): the suite layers ``layers`` names, and whether ``check`` passed on every odd
+    shape and on each of those layers at batch 2 (all run, so every result is recorded)."""
+    from megawino.core.suite import load_suite, select_specs
+    ok = all([check(shape) for shape in odd_shapes])
+    specs = select_specs(load_suite(suite="winograd", batch=64), layers)
+    for spec in specs:
+        ok &= check(spec.with_(N=2))
+    return ok, specs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="resnet50.conv2_x,vgg16.conv1_2,yolov3.res1,yolov3.res2")
@@ -100,7 +111,6 @@ def main(argv=None) -> int:
     import torch
     from megawino import runtime
     from megawino.core.spec import LayerSpec
-    from megawino.core.suite import load_suite, select_specs
     from megawino.gpu.timing import gpu_rel_l2, rotated_inputs, time_cuda_stats
 
     fused = Fused(args.define, args.cluster, args.k_slice)
@@ -119,11 +129,8 @@ def main(argv=None) -> int:
         err = gpu_rel_l2(y, cupy.asarray(ref))   # a zero-copy view of PyTorch's float64 output
         return record_check(result, spec, err, tol)
 
-    ok = all([check(LayerSpec(3, 32, 64, 11, 13)), check(LayerSpec(1, 64, 128, 7, 5)),
-              check(LayerSpec(2, 64, 32, 2, 3))])
-    specs = select_specs(load_suite(suite="winograd", batch=64), args.layers)
-    for spec in specs:
-        ok &= check(spec.with_(N=2))
+    ok, specs = run_checks(check, [LayerSpec(3, 32, 64, 11, 13), LayerSpec(1, 64, 128, 7, 5),
+                                   LayerSpec(2, 64, 32, 2, 3)], args.layers)
     if not ok:
         print("fused probe: a check failed, no timing")
     else:

@@ -22,7 +22,7 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from fused_f2_probe import record_check  # noqa: E402
+from fused_f2_probe import record_check, run_checks  # noqa: E402
 TILES, CHANNELS, THREADS = 16, 32, 256
 SMEM_BYTES = 36 * CHANNELS * 20 * 4
 
@@ -61,7 +61,6 @@ def main(argv=None) -> int:
     import torch
     from megawino.core import winograd
     from megawino.core.spec import LayerSpec
-    from megawino.core.suite import load_suite, select_specs
     from megawino.gpu.timing import gpu_rel_l2, time_cuda_stats
 
     go = GemmOutput()
@@ -81,11 +80,8 @@ def main(argv=None) -> int:
         ref = torch.nn.functional.conv2d(torch.as_tensor(x, device="cuda"), torch.as_tensor(w, device="cuda"), padding=1)
         return record_check(result, spec, gpu_rel_l2(y, cupy.asarray(ref)), tol)
 
-    ok = all([check(LayerSpec(3, 32, 64, 12, 20)), check(LayerSpec(1, 64, 128, 8, 4)),
-              check(LayerSpec(5, 64, 32, 4, 8))])
-    specs = select_specs(load_suite(suite="winograd", batch=64), args.layers)
-    for spec in specs:
-        ok &= check(spec.with_(N=2))
+    ok, specs = run_checks(check, [LayerSpec(3, 32, 64, 12, 20), LayerSpec(1, 64, 128, 8, 4),
+                                   LayerSpec(5, 64, 32, 4, 8)], args.layers)
     if not ok:
         print("gemm-output probe: a check failed, no timing")
     else:

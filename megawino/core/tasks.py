@@ -58,7 +58,8 @@ LANE_CHANNELS = 32       # channels the 32 lanes of a transform warp cover (LANE
                          # cuda/params.cuh): a task with
                          # fewer channels leaves lanes idle and is no faster
 NCHW_INPUT_PASS_CHANNELS = 16  # channels of one pass of the NCHW input task's warp item (two
-                               # passes cover LANE_CHANNELS): a task of this many runs one pass,
+                               # passes cover LANE_CHANNELS; cuda/input_transform.cuh asserts it):
+                               # a task of this many runs one pass,
                                # a shorter chain where a layer's input tasks are a critical path
 TRANSFORM_MIN_TILES = 16  # fewest tiles a transform task may cover: the input lane map gives a
                           # warp 2 tiles x 32 channels, so 16 tiles keep all 8 warps of a

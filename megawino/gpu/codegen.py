@@ -41,6 +41,7 @@ def header_text() -> str:
     lines += [
         f"constexpr int BLOCK_THREADS = {nvrtc.BLOCK_THREADS};   // threads of every Winograd kernel's block",
         f"constexpr int LANE_CHANNELS = {tasks.LANE_CHANNELS};    // channels one transform warp covers",
+        f"constexpr int NCHW_INPUT_PASS_CHANNELS = {tasks.NCHW_INPUT_PASS_CHANNELS};   // channels of one pass of the NCHW input map",
         f"constexpr int TRANSFORM_MIN_TILES = {tasks.TRANSFORM_MIN_TILES};   // a transform task's tiles: a multiple of it",
         f"constexpr int NO_COUNTER = {tasks.NO_COUNTER};",
         f"constexpr int CHANNEL_ALIGN = {tasks.CHANNEL_ALIGN};",
