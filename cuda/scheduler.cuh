@@ -54,12 +54,13 @@ __device__ __forceinline__ void sched_report_timeout(const Params& p, int ticket
 }
 
 // Thread 0 only: wait until counter >= need.  False: abort (timeout here or elsewhere).
+// ``break_counter`` is the BREAK word, read once per ticket.
 __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int counter,
-                                           int need) {
+                                           int need, int break_counter) {
   if (counter < 0) return true;
   const int* state = reinterpret_cast<const int*>(p.state);
   const unsigned* c = reinterpret_cast<const unsigned*>(p.counters) + counter * COUNTER_STRIDE;
-  unsigned want = static_cast<unsigned>(need) + (ld_volatile(state + STATE_BREAK) == counter ? 1u : 0u);
+  unsigned want = static_cast<unsigned>(need) + (break_counter == counter ? 1u : 0u);
   unsigned v = ld_acquire_gpu(c);
   if (v >= want) return true;
   const long long t0 = global_timer_ns();
@@ -82,18 +83,21 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
 __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   int* state = reinterpret_cast<int*>(p.state);
   slot.ticket = -1;
-  if (ld_volatile(state + STATE_ABORT)) return;
+  // ABORT and BREAK are read beside the ticket's atomic, so the three share one round trip.
   const int ticket = atomicAdd(state + STATE_HEAD, 1);
-  if (ticket >= p.num_tasks) return;
+  const int aborted = ld_volatile(state + STATE_ABORT);
+  const int break_counter = ld_volatile(state + STATE_BREAK);
+  if (aborted || ticket >= p.num_tasks) return;
 #ifdef MW_TRACE
   const long long t_fetch = global_timer_ns();
 #endif
   const int* rec = reinterpret_cast<const int*>(p.ticket_records) + static_cast<long long>(ticket) * REC_FIELDS;
 #pragma unroll
   for (int i = 0; i < REC_FIELDS; ++i) slot.rec[i] = rec[i];
-  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_A], slot.rec[REC_NEED_A])) return;
-  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B])) return;
-  __threadfence();   // acquire side: the parents' data is visible to this block
+  // The acquire loads of the waits, then the block's barrier after the fetch, make the parents'
+  // data visible to the whole block (CUTLASS's GenericBarrier pattern): no fence of its own.
+  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_A], slot.rec[REC_NEED_A], break_counter)) return;
+  if (!sched_wait(p, ticket, slot.rec[REC_WAIT_B], slot.rec[REC_NEED_B], break_counter)) return;
 #ifdef MW_TRACE
   long long* tr = reinterpret_cast<long long*>(p.trace) + static_cast<long long>(ticket) * TRACE_FIELDS;
   tr[TRACE_SM] = sm_id();
@@ -103,9 +107,9 @@ __device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
   slot.ticket = ticket;
 }
 
-// Thread 0 only, after the block's barrier at the end of the task: publish.
+// Thread 0 only, after the block's barrier at the end of the task: publish.  The release is
+// cumulative over the barrier, so it publishes every thread's writes without a fence of its own.
 __device__ __forceinline__ void sched_signal(const Params& p, const SchedSlot& slot) {
-  __threadfence();
   const int counter = slot.rec[REC_SIGNAL];
   if (counter >= 0)
     red_release_gpu_add(reinterpret_cast<unsigned*>(p.counters) + counter * COUNTER_STRIDE, 1u);
