@@ -28,13 +28,19 @@ mw_megakernel(const mw::Params* __restrict__ params, const float* x, const float
     reinterpret_cast<long long*>(&s_params)[i] = reinterpret_cast<const long long*>(params)[i];
   __syncthreads();
   const Params& p = s_params;
+  if (threadIdx.x == 0) slot.ticket = -1;
   for (;;) {
-    if (threadIdx.x == 0) sched_fetch(p, slot);
+    // The next ticket's atomic is issued before the finished task's release, so its round trip
+    // overlaps the release's wait for the task's stores.
+    if (threadIdx.x == 0) {
+      const SchedTake take = sched_take(p);
+      if (slot.ticket >= 0) sched_signal(p, slot);
+      sched_fetch(p, take, slot);
+    }
     __syncthreads();
     if (slot.ticket < 0) break;
     run_task(p, x, w, y, smem, slot.rec[REC_TYPE], slot.rec[REC_GROUP], slot.rec[REC_INDEX]);
     __syncthreads();
-    if (threadIdx.x == 0) sched_signal(p, slot);
   }
   sched_exit(p, &s_last, report);
 }

@@ -5,7 +5,7 @@
 //   HEAD   next ticket (atomicAdd)
 //   EXIT   blocks that have left the loop
 //   ABORT  set by a block whose wait timed out; every block checks it while
-//          waiting and before fetching, and leaves
+//          waiting and with each ticket it takes, and leaves
 //   BREAK  debug: a counter index whose need is raised by one for the next
 //          launch only (-1: none), so its waiters time out
 //   STATUS first watchdog report of the launch in flight: flag, ticket, task, counter,
@@ -64,10 +64,12 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
   unsigned v = ld_acquire_gpu(c);
   if (v >= want) return true;
   const long long t0 = global_timer_ns();
+  // A short cap keeps a hand-off's polling delay well under one L2 round trip.
+  constexpr unsigned SLEEP_MAX_NS = 64;
   unsigned sleep_ns = 8;
   for (;;) {
     __nanosleep(sleep_ns);
-    sleep_ns = sleep_ns < 256 ? sleep_ns * 2 : 256;
+    sleep_ns = sleep_ns < SLEEP_MAX_NS ? sleep_ns * 2 : SLEEP_MAX_NS;
     v = ld_acquire_gpu(c);
     if (v >= want) return true;
     if (ld_volatile(state + STATE_ABORT)) return false;
@@ -78,16 +80,31 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
   }
 }
 
-// Thread 0 only: take the next ticket, read its record (ticket-ordered: one load, no
-// ticket -> task indirection), wait for its counters.  Fills the slot (ticket -1: leave).
-__device__ __forceinline__ void sched_fetch(const Params& p, SchedSlot& slot) {
+// A ticket taken from HEAD with the ABORT and BREAK words read beside its atomic, so the three
+// share one round trip.
+struct SchedTake {
+  int ticket;
+  int aborted;
+  int break_counter;
+};
+
+// Thread 0 only: take the next ticket.
+__device__ __forceinline__ SchedTake sched_take(const Params& p) {
   int* state = reinterpret_cast<int*>(p.state);
+  SchedTake take;
+  take.ticket = atomicAdd(state + STATE_HEAD, 1);
+  take.aborted = ld_volatile(state + STATE_ABORT);
+  take.break_counter = ld_volatile(state + STATE_BREAK);
+  return take;
+}
+
+// Thread 0 only: read the taken ticket's record (ticket-ordered: one load, no ticket -> task
+// indirection), wait for its counters.  Fills the slot (ticket -1: leave).
+__device__ __forceinline__ void sched_fetch(const Params& p, const SchedTake& take, SchedSlot& slot) {
   slot.ticket = -1;
-  // ABORT and BREAK are read beside the ticket's atomic, so the three share one round trip.
-  const int ticket = atomicAdd(state + STATE_HEAD, 1);
-  const int aborted = ld_volatile(state + STATE_ABORT);
-  const int break_counter = ld_volatile(state + STATE_BREAK);
-  if (aborted || ticket >= p.num_tasks) return;
+  const int ticket = take.ticket;
+  const int break_counter = take.break_counter;
+  if (take.aborted || ticket >= p.num_tasks) return;
 #ifdef MW_TRACE
   const long long t_fetch = global_timer_ns();
 #endif
