@@ -70,21 +70,8 @@ __device__ __forceinline__ bool sched_wait(const Params& p, int ticket, int coun
   for (;;) {
     __nanosleep(sleep_ns);
     sleep_ns = sleep_ns < SLEEP_MAX_NS ? sleep_ns * 2 : SLEEP_MAX_NS;
-#ifndef MW_SCHED_POLL_ACQUIRE
-#define MW_SCHED_POLL_ACQUIRE 0
-#endif
-#if MW_SCHED_POLL_ACQUIRE
     v = ld_acquire_gpu(c);
     if (v >= want) return true;
-#else
-    // Polls are relaxed (an acquire load invalidates the SM's L1, under the other block's task
-    // too); the fence after the last one is the acquire.
-    v = ld_relaxed_gpu(c);
-    if (v >= want) {
-      fence_acq_rel_gpu();
-      return true;
-    }
-#endif
     if (ld_volatile(state + STATE_ABORT)) return false;
     if (global_timer_ns() - t0 > p.timeout_ns) {
       sched_report_timeout(p, ticket, counter, v, want);
