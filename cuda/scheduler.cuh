@@ -144,9 +144,9 @@ static_assert(STATUS_FLAG == 0 && STATUS_FIRED == STATUS_NEED + 1, "FIRED closes
 __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* report) {
   int* state = reinterpret_cast<int*>(p.state);
   if (threadIdx.x == 0) {
-    __threadfence();
-    *s_last = atomicAdd(state + STATE_EXIT, 1) == static_cast<int>(gridDim.x) - 1;
-    __threadfence();
+    // The adds on EXIT form one release sequence: the last block's acquire sees every block's
+    // counter operations (each ordered before its add by the loop's last barrier).
+    *s_last = atom_acq_rel_gpu_add(state + STATE_EXIT, 1) == static_cast<int>(gridDim.x) - 1;
   }
   __syncthreads();
   if (!*s_last) return;
@@ -177,7 +177,6 @@ __device__ __forceinline__ void sched_exit(const Params& p, int* s_last, int* re
     state[STATE_BREAK] = -1;
     state[STATE_EXIT] = 0;
   }
-  __threadfence();
 }
 
 }  // namespace mw
