@@ -7,7 +7,8 @@ starts the task at ``max(fetch, ready) + handoff_us`` where ``ready`` is the tim
 the last parent ended (its counters complete), and ends it ``duration`` later;
 then it claims the next ticket at once.  ``handoff_us`` covers the ticket's
 atomicAdd and mapping read plus the acquire load of the counters: one hand-off
-latency is paid per ticket, whether or not it had to spin (H100: about 1.0 us).
+latency is paid per ticket, whether or not it had to spin (``calibrate`` fits it from traces;
+1.0 us is the uncalibrated default).
 
 Workers are resident blocks on SMs (:func:`sm_layout`): the two blocks of an SM take
 neighbouring tickets at launch (measured: median ticket gap 2-4), so consecutive worker
