@@ -242,7 +242,47 @@ def test_ieee_fp32_convolutions_restores_the_setting():
     before = conv_flags.fp32_precision
     with gpu.ieee_fp32_convolutions():
         assert conv_flags.fp32_precision == "ieee"
+        assert gpu.convolutions_are_ieee()
     assert conv_flags.fp32_precision == before
+
+
+@pytest.fixture
+def precision_flags():
+    """The conv, cuDNN and global fp32 precision flags, restored after the test (parents first:
+    setting a flag sets its children too)."""
+    owners = (torch.backends.cudnn.conv, torch.backends.cudnn, torch.backends)
+    saved = [owner.fp32_precision for owner in owners]
+    yield owners
+    for owner, value in reversed(list(zip(owners, saved))):
+        owner.fp32_precision = value
+
+
+@pytest.mark.parametrize("conv, cudnn, every, ieee", [
+    ("tf32", "none", "none", False),      # torch's default
+    ("ieee", "tf32", "tf32", True),       # the conv flag decides when it is set
+    ("none", "none", "none", True),       # what the legacy allow_tf32 = False leaves
+    ("none", "tf32", "none", False),      # "none" defers to cuDNN's flag ...
+    ("none", "ieee", "tf32", True),
+    ("none", "none", "tf32", False),      # ... and cuDNN's to every backend's
+])
+def test_convolutions_are_ieee_resolves_none_like_aten(precision_flags, conv, cudnn, every, ieee):
+    for owner, value in reversed(list(zip(precision_flags, (conv, cudnn, every)))):
+        owner.fp32_precision = value
+    assert gpu.convolutions_are_ieee() is ieee
+    conv_flags = precision_flags[0]
+    before = conv_flags.fp32_precision     # newer torch reads it back resolved
+    with gpu.ieee_fp32_convolutions():
+        assert gpu.convolutions_are_ieee()
+        # Already IEEE: the user's flags are left as they were, not switched and restored.
+        assert conv_flags.fp32_precision == (before if ieee else "ieee")
+    assert conv_flags.fp32_precision == before
+
+
+def test_legacy_allow_tf32_off_counts_as_ieee(precision_flags):
+    torch.backends.cudnn.allow_tf32 = False
+    assert gpu.convolutions_are_ieee()
+    torch.backends.cudnn.allow_tf32 = True
+    assert not gpu.convolutions_are_ieee()
 
 
 @pytest.mark.parametrize("spec, algos", [

@@ -66,9 +66,19 @@ def _conv_flags():
 
 
 def convolutions_are_ieee() -> bool:
-    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32)."""
+    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32).  With per-operator flags,
+    "none" defers to the next flag up (conv, then cuDNN's, then every backend's, as ATen's
+    ``Context::float32Precision`` resolves it), and only "tf32" turns TF32 on: the legacy
+    ``allow_tf32 = False`` sets the conv flag to "none"."""
     flags = _conv_flags()
-    return flags.fp32_precision == "ieee" if flags is not None else not torch.backends.cudnn.allow_tf32
+    if flags is None:
+        return not torch.backends.cudnn.allow_tf32
+    precision = flags.fp32_precision
+    if precision == "none":
+        precision = getattr(torch.backends.cudnn, "fp32_precision", "none")
+        if precision == "none":
+            precision = getattr(torch.backends, "fp32_precision", "none")
+    return precision != "tf32"
 
 
 @contextlib.contextmanager
