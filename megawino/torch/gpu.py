@@ -74,11 +74,12 @@ def convolutions_are_ieee() -> bool:
     if flags is None:
         return not torch.backends.cudnn.allow_tf32
     precision = flags.fp32_precision
+    # A torch without a parent flag's attribute gives None here: not known to be IEEE, so switch.
     if precision == "none":
-        precision = getattr(torch.backends.cudnn, "fp32_precision", "none")
-        if precision == "none":
-            precision = getattr(torch.backends, "fp32_precision", "none")
-    return precision != "tf32"
+        precision = getattr(torch.backends.cudnn, "fp32_precision", None)
+    if precision == "none":
+        precision = getattr(torch.backends, "fp32_precision", None)
+    return precision is not None and precision != "tf32"
 
 
 @contextlib.contextmanager
