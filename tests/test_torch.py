@@ -278,6 +278,28 @@ def test_convolutions_are_ieee_resolves_none_like_aten(precision_flags, conv, cu
     assert conv_flags.fp32_precision == before
 
 
+@pytest.mark.parametrize("conv", ["tf32", "ieee", "none"])
+def test_conv2d_ieee_fp32_runs_ieee_and_restores_the_flags(precision_flags, monkeypatch, conv):
+    precision_flags[0].fp32_precision = conv
+    before = precision_flags[0].fp32_precision
+    seen = []
+
+    def conv2d(*args):
+        seen.append((gpu.convolutions_are_ieee(), precision_flags[0].fp32_precision))
+        if len(seen) == 2:
+            raise RuntimeError("cuDNN failed")
+        return args[0]
+
+    monkeypatch.setattr(gpu.F, "conv2d", conv2d)
+    x = torch.ones(1)
+    assert gpu.conv2d_ieee_fp32(x, x, None, 1, 0) is x
+    with pytest.raises(RuntimeError):
+        gpu.conv2d_ieee_fp32(x, x, None, 1, 0)
+    # IEEE inside; flags that already meant IEEE untouched; restored after, also after an error.
+    assert seen == [(True, "ieee" if conv == "tf32" else before)] * 2
+    assert precision_flags[0].fp32_precision == before
+
+
 def test_legacy_allow_tf32_off_counts_as_ieee(precision_flags):
     torch.backends.cudnn.allow_tf32 = False
     assert gpu.convolutions_are_ieee()

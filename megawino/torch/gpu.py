@@ -65,21 +65,26 @@ def _conv_flags():
     return flags if flags is not None and hasattr(flags, "fp32_precision") else None
 
 
-def convolutions_are_ieee() -> bool:
-    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32).  With per-operator flags,
-    "none" defers to the next flag up (conv, then cuDNN's, then every backend's, as ATen's
-    ``Context::float32Precision`` resolves it), and only "tf32" turns TF32 on: the legacy
-    ``allow_tf32 = False`` sets the conv flag to "none"."""
-    flags = _conv_flags()
-    if flags is None:
-        return not torch.backends.cudnn.allow_tf32
-    precision = flags.fp32_precision
-    # A torch without a parent flag's attribute gives None here: not known to be IEEE, so switch.
+def _resolves_to_ieee(conv_precision: str) -> bool:
+    """Whether the per-operator conv flag ``conv_precision`` means IEEE fp32: "none" defers to
+    the next flag up (cuDNN's, then every backend's, as ATen's ``Context::float32Precision``
+    resolves it), and only "tf32" turns TF32 on.  A torch without a parent flag's attribute gives
+    None: not known to be IEEE."""
+    precision = conv_precision
     if precision == "none":
         precision = getattr(torch.backends.cudnn, "fp32_precision", None)
     if precision == "none":
         precision = getattr(torch.backends, "fp32_precision", None)
     return precision is not None and precision != "tf32"
+
+
+def convolutions_are_ieee() -> bool:
+    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32); the legacy
+    ``allow_tf32 = False`` leaves the per-operator conv flag at "none", which counts as IEEE."""
+    flags = _conv_flags()
+    if flags is None:
+        return not torch.backends.cudnn.allow_tf32
+    return _resolves_to_ieee(flags.fp32_precision)
 
 
 @contextlib.contextmanager
@@ -96,6 +101,24 @@ def ieee_fp32_convolutions():
         yield
     finally:
         setattr(owner, name, saved)
+
+
+def conv2d_ieee_fp32(x: torch.Tensor, weight: torch.Tensor, bias, stride, padding) -> torch.Tensor:
+    """F.conv2d with cuDNN in IEEE fp32, the user's flags restored after: what
+    :func:`ieee_fp32_convolutions` does, without its generator and second read of the flags, which
+    cost more host time than the switch itself on a layer called at batch 1."""
+    flags = _conv_flags()
+    if flags is None:
+        with ieee_fp32_convolutions():
+            return F.conv2d(x, weight, bias, stride, padding)
+    saved = flags.fp32_precision
+    if _resolves_to_ieee(saved):
+        return F.conv2d(x, weight, bias, stride, padding)
+    flags.fp32_precision = "ieee"
+    try:
+        return F.conv2d(x, weight, bias, stride, padding)
+    finally:
+        flags.fp32_precision = saved
 
 
 class _Layer(NamedTuple):
@@ -185,8 +208,7 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
 
     def run(name: str) -> torch.Tensor:
         if name == "pytorch":
-            with ieee_fp32_convolutions():
-                return F.conv2d(x, weight, None, stride, padding)
+            return conv2d_ieee_fp32(x, weight, None, stride, padding)
         # Allocated by torch (its caching allocator, the graph's pool under capture).
         out = torch.empty((n, k, layer.spec.out_h, layer.spec.out_w), dtype=torch.float32,
                           device=x.device, memory_format=memory_format)

@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
-from .gpu import (MEGAWINO_ALGOS, convolutions_are_ieee, current_stream_handle, fast_call,
-                  ieee_fp32_convolutions)
+from .gpu import MEGAWINO_ALGOS, conv2d_ieee_fp32, current_stream_handle, fast_call
 
 # (input shape, stream) pairs a converted layer keeps a FastCall for (a model calls a layer
 # with one or two).
@@ -98,10 +96,7 @@ class MegawinoConv2d(nn.Conv2d):
         signature = (input.shape, input.device, input.dtype, input.is_contiguous(), input.requires_grad,
                      self.weight.requires_grad, torch.is_grad_enabled())
         if self.__dict__.get("_megawino_pytorch_signature") == signature:
-            if convolutions_are_ieee():
-                return F.conv2d(input, self.weight, self.bias, self.stride, self.padding)
-            with ieee_fp32_convolutions():
-                return F.conv2d(input, self.weight, self.bias, self.stride, self.padding)
+            return conv2d_ieee_fp32(input, self.weight, self.bias, self.stride, self.padding)
         out, algo = conv2d_with_algo(
             input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
             backend=self.megawino_backend, algo=self.megawino_request, gemm_math=self.megawino_gemm_math)
