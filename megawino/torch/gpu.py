@@ -78,25 +78,32 @@ def _resolves_to_ieee(conv_precision: str) -> bool:
     return precision is not None and precision != "tf32"
 
 
-def convolutions_are_ieee() -> bool:
-    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32); the legacy
-    ``allow_tf32 = False`` leaves the per-operator conv flag at "none", which counts as IEEE."""
+def _ieee_switch():
+    """What to set for cuDNN convolutions in IEEE fp32 -- (owner, attribute, the user's value, the
+    IEEE value) -- or None when they already run in IEEE.  The legacy ``allow_tf32 = False`` leaves
+    the per-operator conv flag at "none", which counts as IEEE."""
     flags = _conv_flags()
     if flags is None:
-        return not torch.backends.cudnn.allow_tf32
-    return _resolves_to_ieee(flags.fp32_precision)
+        legacy = torch.backends.cudnn.allow_tf32
+        return (torch.backends.cudnn, "allow_tf32", legacy, False) if legacy else None
+    saved = flags.fp32_precision
+    return None if _resolves_to_ieee(saved) else (flags, "fp32_precision", saved, "ieee")
+
+
+def convolutions_are_ieee() -> bool:
+    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32)."""
+    return _ieee_switch() is None
 
 
 @contextlib.contextmanager
 def ieee_fp32_convolutions():
     """cuDNN convolutions in IEEE fp32 (no TF32) inside, the user's setting restored after."""
-    if convolutions_are_ieee():
+    switch = _ieee_switch()
+    if switch is None:
         yield
         return
-    flags = _conv_flags()
-    owner, name = (flags, "fp32_precision") if flags is not None else (torch.backends.cudnn, "allow_tf32")
-    saved = getattr(owner, name)
-    setattr(owner, name, "ieee" if flags is not None else False)
+    owner, name, saved, ieee = switch
+    setattr(owner, name, ieee)
     try:
         yield
     finally:
@@ -104,21 +111,17 @@ def ieee_fp32_convolutions():
 
 
 def conv2d_ieee_fp32(x: torch.Tensor, weight: torch.Tensor, bias, stride, padding) -> torch.Tensor:
-    """F.conv2d with cuDNN in IEEE fp32, the user's flags restored after: what
-    :func:`ieee_fp32_convolutions` does, without its generator and second read of the flags, which
-    cost more host time than the switch itself on a layer called at batch 1."""
-    flags = _conv_flags()
-    if flags is None:
-        with ieee_fp32_convolutions():
-            return F.conv2d(x, weight, bias, stride, padding)
-    saved = flags.fp32_precision
-    if _resolves_to_ieee(saved):
+    """F.conv2d inside :func:`ieee_fp32_convolutions`, without the generator, which costs more host
+    time than the switch itself on a layer called at batch 1."""
+    switch = _ieee_switch()
+    if switch is None:
         return F.conv2d(x, weight, bias, stride, padding)
-    flags.fp32_precision = "ieee"
+    owner, name, saved, ieee = switch
+    setattr(owner, name, ieee)
     try:
         return F.conv2d(x, weight, bias, stride, padding)
     finally:
-        flags.fp32_precision = saved
+        setattr(owner, name, saved)
 
 
 class _Layer(NamedTuple):
