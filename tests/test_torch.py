@@ -13,7 +13,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import megawino.torch as mwt  # noqa: E402
-from megawino.torch import functional, gpu, weight_tokens  # noqa: E402
+from megawino.torch import functional, gpu, precision, weight_tokens  # noqa: E402
 from megawino.core.spec import LayerSpec  # noqa: E402
 from torch_support import randn, reference, rel_l2  # noqa: E402
 
@@ -298,6 +298,18 @@ def test_conv2d_ieee_fp32_runs_ieee_and_restores_the_flags(precision_flags, monk
     # IEEE inside; flags that already meant IEEE untouched; restored after, also after an error.
     assert seen == [(True, "ieee" if conv == "tf32" else before)] * 2
     assert precision_flags[0].fp32_precision == before
+
+
+@pytest.mark.parametrize("value", ["tf32", "ieee", "none"])
+def test_conv_flag_access_is_the_attribute(precision_flags, value):
+    # The C functions the switch reads and writes are those behind torch.backends.cudnn.conv.
+    access = precision._conv_flag_access()
+    assert access is not None       # this torch has them: the fast path is what runs
+    read, write = access
+    precision_flags[0].fp32_precision = value
+    assert read() == precision_flags[0].fp32_precision
+    write("ieee" if value != "ieee" else "tf32")
+    assert precision_flags[0].fp32_precision == read() != value
 
 
 def test_legacy_allow_tf32_off_counts_as_ieee(precision_flags):

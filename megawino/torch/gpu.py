@@ -11,7 +11,6 @@ Nothing here imports CuPy or touches CUDA at import time.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from typing import NamedTuple
@@ -22,6 +21,7 @@ import torch.nn.functional as F
 from ..runtime import ALGOS as MEGAWINO_ALGOS, candidate_algos as megawino_candidates
 from ..core.resources import source_hash
 from ..core.spec import LayerSpec
+from .precision import conv2d_ieee_fp32, convolutions_are_ieee, ieee_fp32_convolutions
 from .weight_tokens import generation, tracked, weight_token, weights_changed
 
 __all__ = ["run_gpu", "fast_call", "FastCall", "current_stream_handle", "candidate_algos", "weight_token", "weights_changed",
@@ -55,73 +55,6 @@ def _gpu():
     cupy = cupy_module()
     runtime.set_allocator(_torch_workspace)
     return cupy, runtime
-
-
-@functools.cache
-def _conv_flags():
-    """torch's per-operator cuDNN convolution flags where it has them (mixing them with the
-    legacy ``allow_tf32`` is an error), else None."""
-    flags = getattr(torch.backends.cudnn, "conv", None)
-    return flags if flags is not None and hasattr(flags, "fp32_precision") else None
-
-
-def _resolves_to_ieee(conv_precision: str) -> bool:
-    """Whether the per-operator conv flag ``conv_precision`` means IEEE fp32: "none" defers to
-    the next flag up (cuDNN's, then every backend's, as ATen's ``Context::float32Precision``
-    resolves it), and only "tf32" turns TF32 on.  A torch without a parent flag's attribute gives
-    None: not known to be IEEE."""
-    precision = conv_precision
-    if precision == "none":
-        precision = getattr(torch.backends.cudnn, "fp32_precision", None)
-    if precision == "none":
-        precision = getattr(torch.backends, "fp32_precision", None)
-    return precision is not None and precision != "tf32"
-
-
-def _ieee_switch():
-    """What to set for cuDNN convolutions in IEEE fp32 -- (owner, attribute, the user's value, the
-    IEEE value) -- or None when they already run in IEEE.  The legacy ``allow_tf32 = False`` leaves
-    the per-operator conv flag at "none", which counts as IEEE."""
-    flags = _conv_flags()
-    if flags is None:
-        legacy = torch.backends.cudnn.allow_tf32
-        return (torch.backends.cudnn, "allow_tf32", legacy, False) if legacy else None
-    saved = flags.fp32_precision
-    return None if _resolves_to_ieee(saved) else (flags, "fp32_precision", saved, "ieee")
-
-
-def convolutions_are_ieee() -> bool:
-    """Whether cuDNN convolutions already run in IEEE fp32 (no TF32)."""
-    return _ieee_switch() is None
-
-
-@contextlib.contextmanager
-def ieee_fp32_convolutions():
-    """cuDNN convolutions in IEEE fp32 (no TF32) inside, the user's setting restored after."""
-    switch = _ieee_switch()
-    if switch is None:
-        yield
-        return
-    owner, name, saved, ieee = switch
-    setattr(owner, name, ieee)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
-
-
-def conv2d_ieee_fp32(x: torch.Tensor, weight: torch.Tensor, bias, stride, padding) -> torch.Tensor:
-    """F.conv2d inside :func:`ieee_fp32_convolutions`, without the generator, which costs more host
-    time than the switch itself on a layer called at batch 1."""
-    switch = _ieee_switch()
-    if switch is None:
-        return F.conv2d(x, weight, bias, stride, padding)
-    owner, name, saved, ieee = switch
-    setattr(owner, name, ieee)
-    try:
-        return F.conv2d(x, weight, bias, stride, padding)
-    finally:
-        setattr(owner, name, saved)
 
 
 class _Layer(NamedTuple):
