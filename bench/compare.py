@@ -42,7 +42,7 @@ from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entry_for
 
 PRIMARY = {"winograd": "megakernel", "direct": "direct"}
-BACKENDS = ("ours", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
+BACKENDS = ("ours", "prepared", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "h100.json"
 TOLERANCE = 1e-4     # rel. L2 vs cuDNN float32 above which a layer is flagged
 
@@ -122,6 +122,7 @@ def derive(layer: dict, primary: str) -> dict:
     column's error is against cuDNN fp32, which is float64's to within fp32's 1e-6."""
     b = layer.get("backends", {})
     ours, nonfused = _us(b.get(primary)), _us(b.get("nonfused"))
+    prepared = _us(b.get(primary + "_prepared"))
     legacy_cols = {k: _us(v) for k, v in b.items()         # a wrong output does not count
                    if k.startswith("cudnn_legacy_") and (v or {}).get("correct") is not False}
     best_key, present = _fastest(b, ("cudnn_nchw", "cudnn_nhwc"))
@@ -141,6 +142,9 @@ def derive(layer: dict, primary: str) -> dict:
         "cudnn_tf32_us": tf32.get(tf32_key), "cudnn_tf32_from": tf32_key,
         "cudnn_tf32_rel_err": (b.get(tf32_key) or {}).get("rel_err_vs_cudnn") if tf32_key else None,
         "ratio_cudnn_tf32_over_ours": ratio(tf32.get(tf32_key), ours),
+        "ours_prepared_us": prepared,
+        "ratio_cudnn_best_any_over_ours_prepared": ratio(every.get(any_key), prepared),
+        "ratio_cudnn_tf32_over_ours_prepared": ratio(tf32.get(tf32_key), prepared),
         "tflops_ours": tflops(flops, ours),
         "tflops_nonfused": tflops(flops, nonfused),
         "tflops_cudnn_best": tflops(flops, present.get(best_key)),
@@ -177,6 +181,9 @@ def build_summary(layers: list[dict], primary: str, tol: float = TOLERANCE) -> d
         f"geomean_cudnn_best_any_over_{primary}": geomean(x["ratio_cudnn_best_any_over_ours"] for x in d),
         f"geomean_nonfused_over_{primary}": geomean(x["ratio_nonfused_over_ours"] for x in d),
         f"geomean_cudnn_tf32_over_{primary}": geomean(tf32_ratios),
+        f"geomean_cudnn_best_any_over_{primary}_prepared": geomean(
+            x.get("ratio_cudnn_best_any_over_ours_prepared") for x in d),
+        f"geomean_cudnn_tf32_over_{primary}_prepared": geomean(x.get("ratio_cudnn_tf32_over_ours_prepared") for x in d),
         f"{primary}_beats_cudnn_tf32": {"count": sum(r is not None and r > 1 for r in tf32_ratios),
                                          "of": sum(r is not None for r in tf32_ratios)},
         "max_cudnn_tf32_rel_err": max(tf32_errs) if tf32_errs else None,

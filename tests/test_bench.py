@@ -229,6 +229,34 @@ def test_build_summary_tf32_columns():
     json.dumps(common.json_clean(s), allow_nan=False)
 
 
+def test_prepared_weights_column():
+    """The megakernel with its weight prepared once (as a converted model runs it): ratios to the
+    best cuDNN fp32 algorithm and to TF32 per layer and as geomeans; absent in older records."""
+    layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((50.0, 4e-4), (40.0, 6e-4))),
+              _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0, tf32=((90.0, 7e-4), (None, None))),
+              _fake_layer("c", 200.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((60.0, 5e-4), (None, None)))]
+    layers[0]["backends"]["megakernel_prepared"] = {"status": "ok", "median_us": 80.0}
+    layers[1]["backends"]["megakernel_prepared"] = {"status": "ok", "median_us": 90.0}
+    layers[2]["backends"]["megakernel_prepared"] = {"status": "n/a: boom"}
+    d = [compare.derive(layer, "megakernel") for layer in layers]
+    assert d[0]["ours_prepared_us"] == 80.0 and d[2]["ours_prepared_us"] is None
+    assert d[0]["ratio_cudnn_tf32_over_ours_prepared"] == pytest.approx(0.5)
+    assert d[0]["ratio_cudnn_best_any_over_ours_prepared"] == pytest.approx(1.5)
+    assert d[1]["ratio_cudnn_tf32_over_ours_prepared"] == pytest.approx(1.0)
+    s = compare.build_summary(layers, "megakernel")
+    assert s["geomean_cudnn_tf32_over_megakernel_prepared"] == pytest.approx(0.5 ** 0.5)
+    assert s["geomean_cudnn_best_any_over_megakernel_prepared"] == pytest.approx((1.5 * 50 / 90) ** 0.5)
+    assert s["geomean_cudnn_tf32_over_megakernel"] == pytest.approx((0.4 * 0.9 * 0.3) ** (1 / 3))
+    import readme_tables
+    for layer, x in zip(layers, d):
+        layer["derived"] = x
+    lines = readme_tables.status_table({"layers": layers, "summary": s, "date": "today"}).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    column = header.index("×TF32, weights prepared")
+    assert [line.strip("|").split("|")[column].strip() for line in lines[2:5]] == ["0.50", "1.00", readme_tables.MISSING]
+    assert "with the weights prepared once 0.71" in lines[-1]
+
+
 def test_table_rows_and_print(capsys):
     layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0),
               _fake_layer("b", None, 80.0, 50.0, 60.0, None, None, 10.0)]
@@ -575,7 +603,7 @@ def _fake_runtime(wrap, broken=False):
             self.operand_format = "float32"
             self.blocks_per_sm, self.grid, self.checks = 2, 8, 0
 
-        def __call__(self, x, w, out=None, check=True):
+        def __call__(self, x, w, out=None, check=True, weight_token=None):
             y = direct_conv_nchw(x, w, 1, self.spec.padding).astype(np.float32)
             out = wrap(np.empty_like(y)) if out is None else out
             out[...] = y
@@ -613,15 +641,17 @@ def test_bench_all_columns_on_fakes(fake_device):
     spec = LayerSpec(2, 8, 12, 9, 9, name="tiny")
     rec = bench.run_layer(spec, 0)
     b = rec["backends"]
-    assert set(b) == {"megakernel", "nonfused", "cudnn_nchw", "cudnn_nhwc", "cudnn_tf32_nchw", "cudnn_tf32_nhwc",
+    assert set(b) == {"megakernel", "megakernel_prepared", "nonfused", "cudnn_nchw", "cudnn_nhwc",
+                      "cudnn_tf32_nchw", "cudnn_tf32_nhwc",
                       "cudnn_legacy_winograd_nonfused", "cudnn_legacy_fft_tiling",
                       "gemm_ours", "gemm_cublas"}
     for key, entry in b.items():
         assert entry["status"] == "ok", (key, entry)
         assert entry["median_us"] > 0 and entry["reps"] == 2
-    for key in ("megakernel", "nonfused", "cudnn_nchw", "cudnn_nhwc"):
+    for key in ("megakernel", "megakernel_prepared", "nonfused", "cudnn_nchw", "cudnn_nhwc"):
         assert b[key]["nan_count"] == 0 and b[key]["correct"] is True, (key, b[key])
         assert b[key]["rel_err_vs_cudnn"] < 1e-6 and b[key]["rel_err_vs_f64"] < 1e-6
+    assert b["megakernel_prepared"]["bits_equal_plain"] is True and b["megakernel_prepared"]["weight_token"]
     # TF32 columns: TF32-rounded results, correct under TF32's tolerance, and TF32 off after them
     import torch
     for key in ("cudnn_tf32_nchw", "cudnn_tf32_nhwc"):
