@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call: the torch GPU tests, the wrapper's host time, models.py at batch 1, then
-# defines_ab.sh over $VARIANTS; everything under $OUT, the caches and logs tarred.
+# One device call: the torch GPU tests (unless $SKIP_TESTS), flag_access_host_time.py, models.py at
+# batch 1 (unless $SKIP_MODELS), then defines_ab.sh over $VARIANTS (if set); results under $OUT.
+#   SKIP_MODELS=1 VARIANTS="base=;new=-DMW_X=1" AB_ROUNDS=3 bash bench/experiments/session_call.sh
 set -u
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 python3 -m pip install -q --no-deps --no-build-isolation "$repo" > /dev/null 2>&1
@@ -24,7 +25,8 @@ if [ -n "${VARIANTS:-}" ]; then
   echo "== ab: $((SECONDS - t)) s"; tail -n 24 "$OUT/ab.txt"
   rm -rf /tmp/ab/cache; tar czf "$OUT/ab.tgz" -C /tmp ab
 fi
-[ -f "$OUT/models-b1.json" ] && python3 - "$OUT/models-b1.json" <<'PY'
+[ -f "$OUT/models-b1.json" ] || exit 0
+python3 - "$OUT/models-b1.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["rows"]:
