@@ -240,9 +240,9 @@ def test_weight_tokens_are_not_copied_with_the_tensor(rng):
 def test_ieee_fp32_convolutions_restores_the_setting():
     conv_flags = torch.backends.cudnn.conv
     before = conv_flags.fp32_precision
-    with gpu.ieee_fp32_convolutions():
+    with precision.ieee_fp32_convolutions():
         assert conv_flags.fp32_precision == "ieee"
-        assert gpu.convolutions_are_ieee()
+        assert precision.convolutions_are_ieee()
     assert conv_flags.fp32_precision == before
 
 
@@ -268,11 +268,11 @@ def precision_flags():
 def test_convolutions_are_ieee_resolves_none_like_aten(precision_flags, conv, cudnn, every, ieee):
     for owner, value in reversed(list(zip(precision_flags, (conv, cudnn, every)))):
         owner.fp32_precision = value
-    assert gpu.convolutions_are_ieee() is ieee
+    assert precision.convolutions_are_ieee() is ieee
     conv_flags = precision_flags[0]
     before = conv_flags.fp32_precision     # newer torch reads it back resolved
-    with gpu.ieee_fp32_convolutions():
-        assert gpu.convolutions_are_ieee()
+    with precision.ieee_fp32_convolutions():
+        assert precision.convolutions_are_ieee()
         # Already IEEE: the user's flags are left as they were, not switched and restored.
         assert conv_flags.fp32_precision == (before if ieee else "ieee")
     assert conv_flags.fp32_precision == before
@@ -285,16 +285,16 @@ def test_conv2d_ieee_fp32_runs_ieee_and_restores_the_flags(precision_flags, monk
     seen = []
 
     def conv2d(*args):
-        seen.append((gpu.convolutions_are_ieee(), precision_flags[0].fp32_precision))
+        seen.append((precision.convolutions_are_ieee(), precision_flags[0].fp32_precision))
         if len(seen) == 2:
             raise RuntimeError("cuDNN failed")
         return args[0]
 
-    monkeypatch.setattr(gpu.F, "conv2d", conv2d)
+    monkeypatch.setattr(precision.F, "conv2d", conv2d)
     x = torch.ones(1)
-    assert gpu.conv2d_ieee_fp32(x, x, None, 1, 0) is x
+    assert precision.conv2d_ieee_fp32(x, x, None, 1, 0) is x
     with pytest.raises(RuntimeError):
-        gpu.conv2d_ieee_fp32(x, x, None, 1, 0)
+        precision.conv2d_ieee_fp32(x, x, None, 1, 0)
     # IEEE inside; flags that already meant IEEE untouched; restored after, also after an error.
     assert seen == [(True, "ieee" if conv == "tf32" else before)] * 2
     assert precision_flags[0].fp32_precision == before
@@ -314,9 +314,9 @@ def test_conv_flag_access_is_the_attribute(precision_flags, value):
 
 def test_legacy_allow_tf32_off_counts_as_ieee(precision_flags):
     torch.backends.cudnn.allow_tf32 = False
-    assert gpu.convolutions_are_ieee()
+    assert precision.convolutions_are_ieee()
     torch.backends.cudnn.allow_tf32 = True
-    assert not gpu.convolutions_are_ieee()
+    assert not precision.convolutions_are_ieee()
 
 
 @pytest.mark.parametrize("spec, algos", [

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..runtime import ALGOS as MEGAWINO_ALGOS, candidate_algos as megawino_candidates
 from ..core.resources import source_hash
 from ..core.spec import LayerSpec
-from .precision import conv2d_ieee_fp32, convolutions_are_ieee, ieee_fp32_convolutions
+from .precision import conv2d_ieee_fp32
 from .weight_tokens import generation, tracked, weight_token, weights_changed
 
 __all__ = ["run_gpu", "fast_call", "FastCall", "current_stream_handle", "candidate_algos", "weight_token", "weights_changed",

@@ -14,7 +14,8 @@ from torch import nn
 
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
-from .gpu import MEGAWINO_ALGOS, conv2d_ieee_fp32, current_stream_handle, fast_call
+from .gpu import MEGAWINO_ALGOS, current_stream_handle, fast_call
+from .precision import conv2d_ieee_fp32
 
 # (input shape, stream) pairs a converted layer keeps a FastCall for (a model calls a layer
 # with one or two).
