@@ -41,12 +41,6 @@ constexpr int WGMMA_BK = 32;
 #define MW_WGMMA_STAGES 3
 #endif
 constexpr int WGMMA_STAGES = MW_WGMMA_STAGES;
-// -DMW_GEMM_ONE_BARRIER=1 (paired U only): one block barrier a stage in 128-row tiles -- each warp
-// copies the A rows it reads, each thread splits the B chunks it copied, and the small parts
-// alternate between two buffers, so nothing needs the barrier after the copies.
-#ifndef MW_GEMM_ONE_BARRIER
-#define MW_GEMM_ONE_BARRIER 1
-#endif
 #endif
 
 // Shared memory of the GEMM tile, which the megakernel's transforms reuse as scratch: 3 stages
@@ -70,7 +64,7 @@ constexpr int SPLIT_STAGE_FLOATS = (GEMM_BM + GEMM_BN) * WGMMA_BK;   // two BF16
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
 // The split B buffer: both parts of a stage, or (MW_U_PAIRED) the small parts only, the big ones
 // going over the stage.
-constexpr int WGMMA_SPLIT_FLOATS = (MW_U_PAIRED && !MW_GEMM_ONE_BARRIER ? 1 : 2) * WGMMA_BK * GEMM_BN;
+constexpr int WGMMA_SPLIT_FLOATS = (MW_U_PAIRED ? 1 : 2) * WGMMA_BK * GEMM_BN;
 constexpr int WGMMA_STAGE_FLOATS = GEMM_BM * WGMMA_BK + WGMMA_BK * GEMM_BN;
 #endif
 struct GemmSmem {
@@ -550,7 +544,7 @@ constexpr int SPLIT_SUBTILE = 2 * SPLIT_PART;  // both parts of a sub-tile
 constexpr unsigned CORE_K_BYTES = 8 * 4 * 4;       // next 4 k of the same 8 columns
 constexpr unsigned CORE_N_BYTES = 2 * 8 * 4 * 4;   // next 8 columns
 // Shared memory: the split B of a stage, then the stages (A, then B, each; GemmSmem).
-static_assert((MW_U_PAIRED ? (MW_GEMM_ONE_BARRIER ? 2 : 1) * B_STAGE : SUBTILES * SPLIT_SUBTILE) == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS,
+static_assert((MW_U_PAIRED ? B_STAGE : SUBTILES * SPLIT_SUBTILE) == WGMMA_SPLIT_FLOATS && A_STAGE + B_STAGE == WGMMA_STAGE_FLOATS,
               "layout");
 static_assert(GEMM_BK == 16 && WGMMA_BK % GEMM_BK == 0 && BLOCK_THREADS == 4 * GEMM_BN,
               "each thread splits 4 k of one B column per sub-tile");
@@ -585,12 +579,8 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   // warp copies 4 whole 128-byte rows); B chunk r is k row tid / 16 + 16 r, columns
   // (tid % 16) * 4 .. + 3.  The ring asks for k tiles in order 0, 1, 2, ...: the sources
   // advance by one k tile a call.
-  // One barrier a stage (128-row tiles): a warp copies the 16 rows it reads, chunk lane % 8 of rows
-  // lane / 8 + 4 r.
-  constexpr bool ONE_BARRIER = MW_GEMM_ONE_BARRIER && MW_U_PAIRED && ROWS == 128;
-  constexpr int A_ROW_STEP = ONE_BARRIER ? 4 : BLOCK_THREADS / 8;   // rows between a thread's chunks
-  const int a_chunk = tid & 7, a_row0 = ONE_BARRIER ? warp_row + (lane >> 3) : tid >> 3;
-  static_assert(!ONE_BARRIER || A_ROW_STEP * A_PER_THREAD == 16, "a warp's 16 rows");
+  constexpr int A_ROW_STEP = BLOCK_THREADS / 8;   // rows between a thread's chunks
+  const int a_chunk = tid & 7, a_row0 = tid >> 3;
   const float* a_src = Vp + (row0 + a_row0) * c_stride + 4 * a_chunk;
   const long long a_src_step = static_cast<long long>(A_ROW_STEP) * c_stride;
   // A_ROW_STEP is even: every chunk of the thread has row a_row0's swizzle.
@@ -649,7 +639,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #if MW_U_PAIRED
   // Split: each thread its own chunks, in place (big) and at the same offset of `split` (small).
   const unsigned split_small = smem_addr(split) + b_chunk_offset;
-  auto split_stage = [&](int stage, int buf) {
+  auto split_stage = [&](int stage) {
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
       const unsigned at = b_chunk_at(stage, r);
@@ -660,16 +650,16 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       split_tf32(raw.z, big[2], small[2]);
       split_tf32(raw.w, big[3], small[3]);
       sts_u32x4(at, big[0], big[1], big[2], big[3]);
-      sts_u32x4(split_small + buf * B_STAGE * 4 + r * B_ROW_STEP * B_ROW_BYTES, small[0], small[1], small[2], small[3]);
+      sts_u32x4(split_small + r * B_ROW_STEP * B_ROW_BYTES, small[0], small[1], small[2], small[3]);
     }
     fence_proxy_async_smem();
   };
   // k8 step `step` (2 sub + q) of the warpgroup's columns: +32 bytes within the swizzled rows.
   const unsigned b_big_base = smem_addr(b_stages) + warp_col * B_ROW_BYTES;
   const unsigned b_small_base = smem_addr(split) + warp_col * B_ROW_BYTES;
-  auto b_descs = [&](int stage, int buf, int step, unsigned long long& big, unsigned long long& small) {
+  auto b_descs = [&](int stage, int step, unsigned long long& big, unsigned long long& small) {
     big = wgmma_desc_swizzle128(b_big_base + stage * WGMMA_STAGE_FLOATS * 4 + step * 32);
-    small = wgmma_desc_swizzle128(b_small_base + buf * B_STAGE * 4 + step * 32);
+    small = wgmma_desc_swizzle128(b_small_base + step * 32);
   };
 #else
   // Split: thread (column n, phase j) takes B rows 4 kc + j, kc = 0..3, of each sub-tile.  The A
@@ -678,7 +668,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
   // row per part.
   const int n = tid % GEMM_BN, j = tid / GEMM_BN;
   float* const split_row = split + (j >> 1) * SPLIT_STEP + (n >> 3) * 64 + (j & 1) * 32 + (n & 7) * 4;
-  auto split_stage = [&](int stage, int) {
+  auto split_stage = [&](int stage) {
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       const float* raw = b_stages + stage * WGMMA_STAGE_FLOATS + (sub * GEMM_BK + j) * GEMM_BN + n;
@@ -692,7 +682,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
     fence_proxy_async_smem();
   };
   const unsigned split_base = smem_addr(split + (warp_col >> 3) * 64);
-  auto b_descs = [&](int, int, int step, unsigned long long& big, unsigned long long& small) {
+  auto b_descs = [&](int, int step, unsigned long long& big, unsigned long long& small) {
     const unsigned at = split_base + ((step >> 1) * SPLIT_SUBTILE + (step & 1) * SPLIT_STEP) * 4;
     big = wgmma_desc(at, CORE_K_BYTES, CORE_N_BYTES);
     small = wgmma_desc(at + SPLIT_PART * 4, CORE_K_BYTES, CORE_N_BYTES);
@@ -724,9 +714,14 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
     for (int q = 0; q < 2; ++q) split_a_step(a_raw[0], a_raw[1], q, a_big[q], a_small[q]);
   };
+  auto prepare = [&](int stage) {
+    read_a(stage, 0);
+    split_stage(stage);
+    split_a();
+  };
   int k_rest = c_stride;   // k from this stage on
-  // The MMAs of a stage whose split B (small parts in buffer buf) all threads have written.
-  auto multiply = [&](int stage, int buf) {
+  cp_async_pipeline<WGMMA_STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
+    __syncthreads();   // the split stage complete for the tensor cores
 #pragma unroll
     for (int sub = 0; sub < SUBTILES; ++sub) {
       // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
@@ -740,7 +735,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         unsigned long long b_big, b_small;
-        b_descs(stage, buf, 2 * sub + q, b_big, b_small);
+        b_descs(stage, 2 * sub + q, b_big, b_small);
         mma(part, a_small[q], b_big, q);
         mma(part, a_big[q], b_small, 1);
         mma(part, a_big[q], b_big, 1);
@@ -748,42 +743,7 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
       add_wgmma_part(acc, part);
     }
     k_rest -= WGMMA_BK;
-  };
-  if constexpr (ONE_BARRIER) {
-    // Each thread waits for its own copies, the warp for its A rows; the one barrier makes the
-    // stage's split B whole and says every warp has finished the previous stage's MMAs, after
-    // which the next copy may take that stage's slot (and the next split its small buffer).
-#pragma unroll 1
-    for (int s = 0; s < WGMMA_STAGES - 1; ++s) {
-      if (s < k_tiles) load_stage(s, s);
-      cp_async_commit();
-    }
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int stage = kt % WGMMA_STAGES, buf = kt & 1;
-      cp_async_wait<WGMMA_STAGES - 2>();
-      __syncwarp();
-      read_a(stage, 0);
-      split_stage(stage, buf);
-      split_a();
-      __syncthreads();
-      const int nk = kt + WGMMA_STAGES - 1;
-      if (nk < k_tiles) load_stage(nk, nk % WGMMA_STAGES);
-      cp_async_commit();
-      multiply(stage, buf);
-    }
-    cp_async_wait<0>();
-    __syncthreads();   // shared memory free for the next tile / task
-  } else {
-    auto prepare = [&](int stage) {
-      read_a(stage, 0);
-      split_stage(stage, 0);
-      split_a();
-    };
-    cp_async_pipeline<WGMMA_STAGES>(k_tiles, load_stage, prepare, [&](int stage) {
-      __syncthreads();   // the split stage complete for the tensor cores
-      multiply(stage, 0);
-    });
-  }
+  });
   store_wgmma_acc<WG_N, ROW_BOUND>(acc, Mp, row0 + warp_row + g, col0 + warp_col + 2 * t4, col_end, k_stride, row_end);
 }
 #endif  // MW_GEMM_WGMMA && MW_GEMM_TF32X3
@@ -917,66 +877,39 @@ __device__ __forceinline__ void gemm_tile_wgmma_bf16x3(GemmSmem& sm, const float
 }
 #endif  // MW_SPLIT_OPERANDS
 
-// A GEMM task's operands: position pos's V, U and M, the group's first row of V and M, and the
-// task's K block [k0, k1).
-struct GemmOperands {
-  const float* Vp;
-  const float* Up;
-  float* Mp;
-  long long row0;
-  int k0, k1, tiles, c_stride, k_stride;
-};
-__device__ __forceinline__ GemmOperands gemm_operands(const Params& p, int group, int index) {
-  const int kb = index % static_cast<int>(p.k_blocks);
-  const int pos = index / static_cast<int>(p.k_blocks);
-  GemmOperands o;
-  o.c_stride = static_cast<int>(p.c_stride);
-  o.k_stride = static_cast<int>(p.k_stride);
-  o.k0 = kb * static_cast<int>(p.gemm_k_per_task);
-  o.k1 = min(o.k_stride, o.k0 + static_cast<int>(p.gemm_k_per_task));
-  o.tiles = static_cast<int>(p.tiles_per_group);
-  o.row0 = ring_first_row(p, group);
-  o.Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * o.c_stride;
-  o.Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * o.c_stride * o.k_stride;
-  o.Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * o.k_stride;
-  return o;
-}
-
 __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int group, int index) {
+  const int kb = index % static_cast<int>(p.k_blocks);
+  const int k0 = kb * static_cast<int>(p.gemm_k_per_task);
+  const int k1 = min(static_cast<int>(p.k_stride), k0 + static_cast<int>(p.gemm_k_per_task));
+  const int pos = index / static_cast<int>(p.k_blocks);
+  const int tpg = static_cast<int>(p.tiles_per_group);
+  const long long t0 = static_cast<long long>(group) * tpg - ring_shift(p, group);   // first row of V and M
+  const int c_stride = static_cast<int>(p.c_stride), k_stride = static_cast<int>(p.k_stride);
+  const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
+  const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
+  float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
 #if MW_SPLIT_OPERANDS
-  const GemmOperands o = gemm_operands(p, group, index);
-  const int tpg = o.tiles, k1 = o.k1;
   // 128-column tiles while more than 64 columns are left.
-  for (int col = o.k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
+  for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;
     if (k1 - col > GEMM_BN) {
       for (; r + 128 <= tpg; r += 128)
-        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
-      for (; r < tpg; r += 64)
-        gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
+        gemm_tile_wgmma_bf16x3<128, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, 2 * GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     } else {
-      for (; r + 128 <= tpg; r += 128)
-        gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
-      for (; r < tpg; r += 64)
-        gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, k1, o.c_stride, o.k_stride);
+      for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma_bf16x3<128, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+      for (; r < tpg; r += 64) gemm_tile_wgmma_bf16x3<64, GEMM_BN>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
     }
   }
 #else
-  // Tiles column-major, 128 rows while 128 are left, then 64.  Only the tile counter lives
-  // through a tile: the operands are read again from p after it, which leaves the 3xTF32 tile
-  // the registers it needs under the megakernel's cap of 128.
-  for (int tile = 0;; ++tile) {
-    const GemmOperands o = gemm_operands(p, group, index);
-    const int row_tiles = (o.tiles + 127) / 128;
-    const int col = o.k0 + (tile / row_tiles) * GEMM_BN;
-    if (col >= o.k1) break;
-    const int r = (tile % row_tiles) * 128;
+  for (int col = k0; col < k1; col += GEMM_BN) {
+    int r = 0;
 #if MW_GEMM_WGMMA
-    if (r + 128 <= o.tiles) gemm_tile_wgmma<128>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
-    else gemm_tile_wgmma<64>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
+    for (; r + 128 <= tpg; r += 128) gemm_tile_wgmma<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile_wgmma<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #else
-    if (r + 128 <= o.tiles) gemm_tile<128>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
-    else gemm_tile<64>(sm, o.Vp, o.Up, o.Mp, o.row0 + r, col, o.k1, o.c_stride, o.k_stride);
+    for (; r + 128 <= tpg; r += 128) gemm_tile<128>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
+    for (; r < tpg; r += 64) gemm_tile<64>(sm, Vp, Up, Mp, t0 + r, col, k1, c_stride, k_stride);
 #endif
   }
 #endif  // MW_SPLIT_OPERANDS

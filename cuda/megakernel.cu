@@ -8,10 +8,6 @@
 // thread at 128 registers: the input transform takes one NHWC channel per thread and the output
 // transform parks its second channel in the GEMM's shared memory (free during a transform task)
 // to fit that cap without spills.
-// On sm_90a its U is in the paired format, as the non-fused module's (params.cuh MW_U_PAIRED_BUILD).
-#ifndef MW_U_PAIRED_BUILD
-#define MW_U_PAIRED_BUILD 1
-#endif
 #include "generated_tasks.cuh"
 #include "params.cuh"
 #include "scheduler.cuh"

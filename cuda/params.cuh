@@ -56,8 +56,4 @@ __device__ __forceinline__ long long ring_shift(const Params& p, int group) {
   const int slots = static_cast<int>(p.buffer_groups);
   return static_cast<long long>(group / slots) * slots * p.tiles_per_group;
 }
-// The first row of V and M that holds ``group``'s tiles (its tile id minus ring_shift).
-__device__ __forceinline__ int ring_first_row(const Params& p, int group) {
-  return (group % static_cast<int>(p.buffer_groups)) * static_cast<int>(p.tiles_per_group);
-}
 }  // namespace mw
