@@ -278,15 +278,17 @@ class Bench:
         (no filter tasks); checked, and against the plain call's bits on the same input."""
         cp, plan, w, token = self.cp, st["plan_" + self.primary], st["w"], ("bench/compare.py", spec.name)
         plain, y = plan(st["xs"][0], w, check=True), cp.empty(spec.output_shape, dtype=cp.float32)
-        for _ in range(2):          # the first call prepares the weight, the second is checked
-            y.fill(cp.nan)
-            plan(st["xs"][0], w, out=y, check=True, weight_token=token)
-        entry = {"algo": self.primary, "weight_token": True, "bits_equal_plain": bool((y == plain).all())}
-        self._verify(entry, self._to_nchw(y, spec.layout), st["ref"])
-        fn = lambda x: plan(x, w, out=y, check=False, weight_token=token)  # noqa: E731
-        entry.update(self._time(fn, st["xs"], check=getattr(plan, "check", None)))
-        weights.CACHE.clear()
-        return entry
+        try:
+            for _ in range(2):          # the first call prepares the weight, the second is checked
+                y.fill(cp.nan)
+                plan(st["xs"][0], w, out=y, check=True, weight_token=token)
+            entry = {"algo": self.primary, "weight_token": True, "bits_equal_plain": bool((y == plain).all())}
+            self._verify(entry, self._to_nchw(y, spec.layout), st["ref"])
+            fn = lambda x: plan(x, w, out=y, check=False, weight_token=token)  # noqa: E731
+            entry.update(self._time(fn, st["xs"], check=getattr(plan, "check", None)))
+            return entry
+        finally:
+            weights.CACHE.clear()       # the prepared U of this layer only
 
     def _repeat(self, st, entry: dict) -> dict:
         plan = st["plan_" + self.primary]

@@ -20,3 +20,15 @@ run_compare() {
   MEGAWINO_CUDA_DEFINES="$defines" python3 "$repo/bench/compare.py" --out "$out/$name.json" "$@" > "$out/$name.log" 2>&1
   echo "== compare $name ($defines): exit $?, $((SECONDS - t)) s"
 }
+# Every GPU test of the checkout, then the sanitizers (their logs tarred): the whole-tree checks.
+run_all_gpu_tests() {
+  local t=$SECONDS
+  python3 -m pytest -q -m gpu -p no:cacheprovider "$repo/tests" > "$out/gpu-tests.log" 2>&1
+  echo "== GPU tests: exit $?, $((SECONDS - t)) s"; tail -n 3 "$out/gpu-tests.log"
+}
+run_sanitizers() {
+  local t=$SECONDS
+  OUT=$out/san bash "$repo/bench/sanitize.sh" > "$out/sanitize.log" 2>&1
+  echo "== sanitizers: exit $?, $((SECONDS - t)) s"; tail -n 4 "$out/sanitize.log"
+  tar czf "$out/san.tgz" -C "$out" san 2>/dev/null && rm -rf "$out/san"
+}

@@ -5,16 +5,11 @@
 set -u
 source "$(dirname "$0")/device_setup.sh" /tmp/final-tree
 export MEGAWINO_CACHE_DIR=/tmp/mwc
-t=$SECONDS
-python3 -m pytest -q -m gpu -p no:cacheprovider "$repo/tests" > "$out/gpu-tests.log" 2>&1
-echo "== GPU tests: exit $?, $((SECONDS - t)) s"; tail -n 3 "$out/gpu-tests.log"
-t=$SECONDS
-OUT=$out/san bash "$repo/bench/sanitize.sh" > "$out/sanitize.log" 2>&1
-echo "== sanitizers: exit $?, $((SECONDS - t)) s"; tail -n 4 "$out/sanitize.log"
+run_all_gpu_tests
+run_sanitizers
 t=$SECONDS
 python3 "$repo/bench/compare.py" --out "$out/h100.json" --f64-layers 18 > "$out/compare.log" 2>&1
 echo "== compare: exit $?, $((SECONDS - t)) s"; tail -n 30 "$out/compare.log"
 t=$SECONDS
 python3 "$repo/bench/models.py" --json "$out/h100-models.json" > "$out/models.log" 2>&1
 echo "== models: exit $?, $((SECONDS - t)) s"; tail -n 14 "$out/models.log"
-tar czf "$out/san.tgz" -C "$out" san 2>/dev/null && rm -rf "$out/san"
