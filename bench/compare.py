@@ -206,7 +206,7 @@ def _num(v, fmt="{:.2f}"):
 
 TABLE_COLUMNS = ("layer", "ours ms", "nonfused ms", "cuDNN best ms", "wino-nf ms", "ours TF/s",
                  "cuDNN TF/s", "cudnn/ours", "any/ours", "nf/ours", "GEMM TF/s", "cuBLAS TF/s",
-                 "GEMM eff", "rel err", "TF32 ms", "tf32/ours", "TF32 err")
+                 "GEMM eff", "rel err", "TF32 ms", "tf32/ours", "TF32 err", "prepared ms", "tf32/prep")
 
 
 def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
@@ -216,7 +216,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                                      "ratio_cudnn_best_any_over_ours", "ratio_nonfused_over_ours",
                                      "gemm_tflops_ours", "gemm_tflops_cublas",
                                      "gemm_efficiency_vs_cublas", "err", "cudnn_tf32_us",
-                                     "ratio_cudnn_tf32_over_ours", "cudnn_tf32_rel_err")}
+                                     "ratio_cudnn_tf32_over_ours", "cudnn_tf32_rel_err", "ours_prepared_us",
+                                     "ratio_cudnn_tf32_over_ours_prepared")}
     for l in layers:
         b, x = l.get("backends", {}), l.get("derived") or derive(l, primary)
         vals = dict({k: None for k in cols}, **x, nonfused=_us(b.get("nonfused")),   # None: an older record
@@ -234,7 +235,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                      _num(x["ratio_nonfused_over_ours"]), _num(x["gemm_tflops_ours"], "{:.1f}"),
                      _num(x["gemm_tflops_cublas"], "{:.1f}"), _num(x["gemm_efficiency_vs_cublas"]),
                      err if isinstance(err, str) else _num(err, "{:.1e}"), _ms(vals["cudnn_tf32_us"]),
-                     _num(vals["ratio_cudnn_tf32_over_ours"]), _num(vals["cudnn_tf32_rel_err"], "{:.1e}")])
+                     _num(vals["ratio_cudnn_tf32_over_ours"]), _num(vals["cudnn_tf32_rel_err"], "{:.1e}"),
+                     _ms(vals["ours_prepared_us"]), _num(vals["ratio_cudnn_tf32_over_ours_prepared"])])
     g = {k: geomean(v) for k, v in cols.items()}
     rows.append(["geomean", _ms(g["ours_us"]), _ms(g["nonfused"]), _ms(g["cudnn_best_us"]), _ms(g["wino"]),
                  _num(g["tflops_ours"]), _num(g["tflops_cudnn_best"]),
@@ -242,7 +244,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                  _num(g["ratio_nonfused_over_ours"]), _num(g["gemm_tflops_ours"], "{:.1f}"),
                  _num(g["gemm_tflops_cublas"], "{:.1f}"), _num(g["gemm_efficiency_vs_cublas"]),
                  _num(g["err"], "{:.1e}"), _ms(g["cudnn_tf32_us"]),
-                 _num(g["ratio_cudnn_tf32_over_ours"]), _num(g["cudnn_tf32_rel_err"], "{:.1e}")])
+                 _num(g["ratio_cudnn_tf32_over_ours"]), _num(g["cudnn_tf32_rel_err"], "{:.1e}"),
+                 _ms(g["ours_prepared_us"]), _num(g["ratio_cudnn_tf32_over_ours_prepared"])])
     return rows
 
 
@@ -256,7 +259,7 @@ def print_table(layers: list[dict], primary: str, title: str) -> None:
             t.add_column(c.replace("ours", primary) if i else c, justify="left" if i == 0 else "right")
         for i, r in enumerate(rows):
             t.add_row(*r, style="bold" if i == len(rows) - 1 else None)
-        Console(width=230).print(t)
+        Console(width=260).print(t)
     except Exception:       # rich missing or failing: plain text
         print(title)
         print(" | ".join(TABLE_COLUMNS))

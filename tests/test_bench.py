@@ -255,6 +255,10 @@ def test_prepared_weights_column():
     column = header.index("×TF32, weights prepared")
     assert [line.strip("|").split("|")[column].strip() for line in lines[2:5]] == ["0.50", "1.00", readme_tables.MISSING]
     assert "with the weights prepared once 0.71" in lines[-1]
+    rows = compare.table_rows(layers, "megakernel")
+    prep_ms, prep_ratio = (compare.TABLE_COLUMNS.index(c) for c in ("prepared ms", "tf32/prep"))
+    assert [r[prep_ms] for r in rows] == ["0.080", "0.090", "n/a", f"{(80 * 90) ** 0.5 / 1e3:.3f}"]
+    assert [r[prep_ratio] for r in rows] == ["0.50", "1.00", "n/a", f"{0.5 ** 0.5:.2f}"]
 
 
 def test_table_rows_and_print(capsys):
