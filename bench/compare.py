@@ -256,7 +256,8 @@ def print_table(layers: list[dict], primary: str, title: str) -> None:
         from rich.table import Table
         t = Table(title=title, show_lines=False)
         for i, c in enumerate(TABLE_COLUMNS):
-            t.add_column(c.replace("ours", primary) if i else c, justify="left" if i == 0 else "right")
+            t.add_column(c.replace("ours", primary) if i else c, justify="left" if i == 0 else "right",
+                         min_width=20 if i == 0 else None)
         for i, r in enumerate(rows):
             t.add_row(*r, style="bold" if i == len(rows) - 1 else None)
         Console(width=260).print(t)
