@@ -23,9 +23,9 @@ def _conv_flags():
 @functools.cache
 def _conv_flag_access():
     """(read, write) of the per-operator conv flag through the C functions behind
-    ``torch.backends.cudnn.conv.fp32_precision``, which skip the attribute's Python lookup (a few
-    microseconds a call, paid twice by every PyTorch-chosen layer at batch 1); None where this
-    torch has no such functions or they do not read what the attribute reads."""
+    ``torch.backends.cudnn.conv.fp32_precision``, which skip the attribute's Python lookup that a
+    PyTorch-chosen layer would otherwise pay at every read and write; None where this torch has no
+    such functions or they do not read what the attribute reads."""
     flags = _conv_flags()
     read = getattr(torch._C, "_get_fp32_precision_getter", None)
     write = getattr(torch._C, "_set_fp32_precision_setter", None)
