@@ -305,6 +305,10 @@ def git_commit(repo_root) -> str | None:
         return None
 
 
+class NotAvailable(Exception):
+    """A compare.py column that cannot run here (its reason goes into the record as is)."""
+
+
 def layer_record(spec, layout=None) -> dict:
     """The static part of a layer record (shape, FLOPs, GEMM shape of the Winograd stage)."""
     rec = {"name": spec.name, "shape": spec.shape_string, "describe": spec.describe(),

@@ -19,14 +19,14 @@ REPO_ROOT = BENCH_DIR.parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, find_loaded_library,  # noqa: E402
+import compare_gemm  # noqa: E402
+from common import (CUDNN_ALGOS, L2_BYTES_DEFAULT, CudnnLegacy, NotAvailable, find_loaded_library,  # noqa: E402
                     free_gpu_memory, git_commit, gpu_rel_l2, layer_record, rotation_sets, set_fp32_precision,
                     short_error, time_cuda_stats)
 from megawino.gpu import weights  # noqa: E402
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
-from megawino.core import abi  # noqa: E402
 from megawino.core.task_sizes import default_params  # noqa: E402
-from megawino.core.tasks import Layout, TaskType  # noqa: E402
+from megawino.core.tasks import Layout  # noqa: E402
 
 # TF32 products carry about 1e-3 relative error: above this a TF32 output is wrong, not rounded.
 TF32_TOLERANCE = 1e-2
@@ -35,10 +35,6 @@ TF32_TOLERANCE = 1e-2
 # ---------------------------------------------------------------------------
 # Device side: every backend guarded, one failure = one "n/a" column
 # ---------------------------------------------------------------------------
-
-class NotAvailable(Exception):
-    """A column that cannot run here (its reason goes into the record as is)."""
-
 
 def _entry_for(err: BaseException) -> dict:
     if isinstance(err, NotAvailable):
@@ -206,10 +202,10 @@ class Bench:
                 st.pop(k, None)
             free_gpu_memory()
             if "gemm" in args.backends:
-                self.guard(b, "gemm_ours", lambda: self._gemm_ours(spec, st))
+                self.guard(b, "gemm_ours", lambda: compare_gemm.gemm_ours(self, spec, st))
                 st.clear()
                 free_gpu_memory()
-                self.guard(b, "gemm_cublas", lambda: self._gemm_cublas(spec, st))
+                self.guard(b, "gemm_cublas", lambda: compare_gemm.gemm_cublas(self, spec, st))
         except Exception as err:
             traceback.print_exc()
             rec["error"] = short_error(err)
@@ -349,55 +345,6 @@ class Bench:
             return entry
         finally:
             conv.close()
-
-    def _gemm_ours(self, spec, st) -> dict:
-        """The non-fused GEMM stage alone, rotating among whole plans (U, V, M each)."""
-        cp = self.cp
-        if self.primary != "megakernel":
-            raise NotAvailable("not a Winograd layer")
-        plan = st.pop("plan_nonfused", None) or self._make_plan(spec, "nonfused")
-        params = None   # GEMM_OUTPUT tasks keep no M: their layer's stage is the heuristic GEMM graph's
-        if getattr(getattr(plan, "params", None), "fused_output", False):
-            params = default_params(spec, plan.params.m)
-            plan = self._make_plan(spec, "nonfused", params)
-        if getattr(plan, "launch_stage", None) is None:
-            raise NotAvailable("the non-fused plan exposes no launch_stage")
-        lay = plan.task_layout
-        per_set = 4 * lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride) + lay.c_stride * lay.k_stride)
-        n = rotation_sets(per_set, self.l2, min_sets=1, budget_bytes=self._budget())
-        plans = [plan] + [self._make_plan(spec, "nonfused", params) for _ in range(n - 1)]
-        for p in plans:
-            p(st["xs"][0], st["w"], check=True)
-        sample = min(lay.tiles_padded, 1024)            # rows of position 0 against float64
-        u0 = abi.filter_matrices(plan.U, plan.operand_format)[0]     # U in channel order, whatever its format
-        ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), u0.astype(cp.float64))
-        entry = {"rotation_sets": n, "bytes_per_set": per_set,
-                 "rel_err_sample_vs_f64": gpu_rel_l2(plan.M[0, :sample], ref)}
-        entry.update(self._time(lambda p: p.launch_stage(TaskType.GEMM), plans))
-        return entry
-
-    def _gemm_cublas(self, spec, st) -> dict:
-        """cuBLAS (cupy.matmul, batched, TF32 off) on the same alpha2 x (T x C)(C x K) shape."""
-        cp = self.cp
-        if not spec.winograd_eligible:
-            raise NotAvailable("not a Winograd layer")
-        lay = Layout(spec, default_params(spec))
-        a2, tp, cs, ks = lay.alpha2, lay.tiles_padded, lay.c_stride, lay.k_stride
-        per_set = 4 * a2 * (tp * cs + cs * ks + tp * ks)
-        n = rotation_sets(per_set, self.l2, min_sets=1, budget_bytes=self._budget())
-        rng = cp.random.RandomState(self.args.seed + 7)
-        sets = [(rng.standard_normal((a2, tp, cs), dtype=cp.float32),
-                 rng.standard_normal((a2, cs, ks), dtype=cp.float32),
-                 cp.empty((a2, tp, ks), dtype=cp.float32)) for _ in range(n)]
-        fn = lambda s: cp.matmul(s[0], s[1], out=s[2])  # noqa: E731
-        fn(sets[0])
-        sample = min(tp, 1024)
-        a, bm, c = sets[0]
-        ref = cp.matmul(a[0, :sample].astype(cp.float64), bm[0].astype(cp.float64))
-        entry = {"rotation_sets": n, "bytes_per_set": per_set,
-                 "rel_err_sample_vs_f64": gpu_rel_l2(c[0, :sample], ref)}
-        entry.update(self._time(fn, sets))
-        return entry
 
     def close(self) -> None:
         try:

@@ -32,25 +32,21 @@ __device__ __forceinline__ int gemm_output_slot(int ch, int tile) {
 static_assert(GEMM_OUTPUT_TILES == 16 && GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
 // The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
 // (megawino.gpu.nvrtc.GemmSmemKernel.reserve).
-// -DMW_GEMM_OUTPUT_STAGED=0: operands loaded into registers at each k tile, nothing in flight
-// across the MMAs (the build before the staged one, for A/B runs).
-#ifndef MW_GEMM_OUTPUT_STAGED
-#define MW_GEMM_OUTPUT_STAGED 1
-#endif
 // Each lane's six 16-byte operand chunks of one k tile (V rows g and g + 8, U^T rows of the four
 // n8 blocks), copied by cp.async while the MMAs of the previous k tile run: a warp's 3 KB after
 // the products' planes.
 constexpr int GEMM_OUTPUT_LANE_CHUNKS = 2 + GEMM_OUTPUT_NT;
-constexpr int GEMM_OUTPUT_STAGE_FLOATS = MW_GEMM_OUTPUT_STAGED ? 4 * GEMM_OUTPUT_LANE_CHUNKS * BLOCK_THREADS : 0;
+constexpr int GEMM_OUTPUT_STAGE_FLOATS = 4 * GEMM_OUTPUT_LANE_CHUNKS * BLOCK_THREADS;
 extern "C" __device__ int mw_gemm_output_smem_bytes =
     ((MW_M + 2) * (MW_M + 2) * GEMM_OUTPUT_POSITION_FLOATS + GEMM_OUTPUT_STAGE_FLOATS) * static_cast<int>(sizeof(float));
 
-// The B values of k tile kt a thread's fragments take for column n from U^T (the plan's
-// float32_u_transposed format): channels 4 t4 .. 4 t4 + 3 of 16 kt ..., k8 step q's pair being
-// the (2 q, 2 q + 1)-th of them; zero for padding columns.
-__device__ __forceinline__ float4 gemm_output_b(const float* Up, int c_stride, int k_stride, int kt, int n, int t4) {
-  if (n >= k_stride) return make_float4(0.f, 0.f, 0.f, 0.f);
-  return *reinterpret_cast<const float4*>(Up + static_cast<long long>(n) * c_stride + 16 * kt + 4 * t4);
+// Copies the 16-byte B chunk of k tile kt a thread's fragments take for column n from U^T (the
+// plan's float32_u_transposed format) to the shared-window address dst: channels 4 t4 .. 4 t4 + 3
+// of 16 kt ..., k8 step q's pair being the (2 q, 2 q + 1)-th of them; zeros for padding columns.
+__device__ __forceinline__ void copy_gemm_output_b(unsigned dst, const float* Up, int c_stride, int k_stride, int kt,
+                                                   int n, int t4) {
+  const bool real = n < k_stride;
+  cp_async_cg16_shared(dst, real ? Up + static_cast<long long>(n) * c_stride + 16 * kt + 4 * t4 : Up, real);
 }
 
 template <int M, bool NHWC>
@@ -68,7 +64,6 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
   const float* V = reinterpret_cast<const float*>(p.V);
   const float* U = reinterpret_cast<const float*>(p.U);
   for (int sub = 0; sub < tpg && t_group + sub < p.tiles; sub += GEMM_OUTPUT_TILES) {
-#if MW_GEMM_OUTPUT_STAGED
     // The lane's chunk r of a k tile at chunk r * 32 + lane of the warp's stage (conflict-free).
     const unsigned stage = smem_addr(smem + ALPHA2 * GEMM_OUTPUT_POSITION_FLOATS + warp * 32 * 4 * GEMM_OUTPUT_LANE_CHUNKS) +
                            16 * lane;
@@ -80,20 +75,12 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
       cp_async_cg16_shared(stage, Vp + g * c_stride, true);
       cp_async_cg16_shared(stage + 16 * 32, Vp + (g + 8) * c_stride, true);
 #pragma unroll
-      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
-        const int n = k0 + 8 * nt + g;
-        cp_async_cg16_shared(stage + 16 * 32 * (2 + nt),
-                             n < k_stride ? Up + static_cast<long long>(n) * c_stride + 16 * kt + 4 * t4 : Up, n < k_stride);
-      }
+      for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
+        copy_gemm_output_b(stage + 16 * 32 * (2 + nt), Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
       cp_async_commit();
     };
     if (warp < ALPHA2) copy_k_tile(warp, 0);
-#endif
     for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
-#if !MW_GEMM_OUTPUT_STAGED
-      const float* Vp = V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub) * c_stride + 4 * t4;
-      const float* Up = U + static_cast<long long>(pos) * c_stride * k_stride;
-#endif
       float acc[GEMM_OUTPUT_NT][4];
 #pragma unroll
       for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
@@ -101,7 +88,6 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll 1
       for (int kt = 0; kt < k_tiles; ++kt) {
-#if MW_GEMM_OUTPUT_STAGED
         cp_async_wait<0>();
         const float4 a0 = stage_chunks[0];
         const float4 a8 = stage_chunks[32];
@@ -111,13 +97,6 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         // The next copy overwrites these chunks: it is issued after the splits below consume them.
         const int next_pos = kt + 1 < k_tiles ? pos : pos + BLOCK_THREADS / 32;
         const int next_kt = kt + 1 < k_tiles ? kt + 1 : 0;
-#else
-        const float4 a0 = *reinterpret_cast<const float4*>(Vp + g * c_stride + 16 * kt);
-        const float4 a8 = *reinterpret_cast<const float4*>(Vp + (g + 8) * c_stride + 16 * kt);
-        float4 b[GEMM_OUTPUT_NT];
-#pragma unroll
-        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) b[nt] = gemm_output_b(Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
-#endif
         float part[GEMM_OUTPUT_NT][4];
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
@@ -128,9 +107,7 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
             split_tf32(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
             split_tf32(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
           }
-#if MW_GEMM_OUTPUT_STAGED
           if (q == 1 && next_pos < ALPHA2) copy_k_tile(next_pos, next_kt);
-#endif
           if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
           else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
         }

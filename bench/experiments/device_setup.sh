@@ -32,3 +32,10 @@ run_sanitizers() {
   echo "== sanitizers: exit $?, $((SECONDS - t)) s"; tail -n 4 "$out/sanitize.log"
   tar czf "$out/san.tgz" -C "$out" san 2>/dev/null && rm -rf "$out/san"
 }
+# defines_ab.sh over $VARIANTS in /tmp/ab: its table's last lines printed, the folder tarred.
+run_defines_ab() {
+  local t=$SECONDS
+  OUT=/tmp/ab bash "$repo/bench/experiments/defines_ab.sh" > "$out/ab.txt" 2>&1
+  echo "== ab: $((SECONDS - t)) s"; tail -n 24 "$out/ab.txt"
+  rm -rf /tmp/ab/cache; tar czf "$out/ab.tgz" -C /tmp ab
+}

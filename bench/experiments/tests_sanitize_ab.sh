@@ -7,8 +7,5 @@ source "$(dirname "$0")/device_setup.sh" /tmp/tests-sanitize-ab
 python3 -m pip install -q --no-deps --no-build-isolation "$repo" > /dev/null 2>&1
 run_all_gpu_tests
 run_sanitizers
-t=$SECONDS
-OUT=/tmp/ab bash "$repo/bench/experiments/defines_ab.sh" > "$out/ab.txt" 2>&1
-echo "== ab: $((SECONDS - t)) s"; tail -n 8 "$out/ab.txt"
-rm -rf /tmp/ab/cache; tar czf "$out/ab.tgz" -C /tmp ab
+run_defines_ab
 rm -rf "$out/cache"
