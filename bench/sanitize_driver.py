@@ -68,6 +68,7 @@ CASES = [
     # GEMM_OUTPUT tasks: C of 3 k tiles, K past one K block, partial tiles.
     (LayerSpec(2, 48, 40, 13, 11), "megakernel", 4, FUSED_PARAMS, "3xtf32"),
     (LayerSpec(2, 48, 40, 13, 11, layout="NHWC"), "nonfused", 4, FUSED_PARAMS, "3xtf32"),
+    (LayerSpec(2, 48, 40, 13, 11, layout="NHWC"), "megakernel", 4, FUSED_PARAMS, "3xtf32"),
     # The pointwise path: partial row and column tiles read and written in unpadded tensors.
     (LayerSpec(3, 36, 200, 6, 10, 1, 1, 1, 0), "pointwise", None, None, "3xtf32"),
     (LayerSpec(3, 20, 44, 7, 5, 1, 1, 1, 0, "NHWC"), "pointwise", None, None, "3xtf32"),

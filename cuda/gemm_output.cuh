@@ -22,11 +22,14 @@ namespace mw {
 
 constexpr int GEMM_OUTPUT_NT = GEMM_OUTPUT_CHANNELS / 8;     // n8 blocks of a position's products
 constexpr int GEMM_OUTPUT_POSITION_FLOATS = GEMM_OUTPUT_CHANNELS * GEMM_OUTPUT_TILES;
-// Where the product of (channel, tile) waits in its position's plane: rows of 32 floats hold a
-// channel pair's 16 tiles each, their columns XOR-swizzled by the pair's low two bits, so that a
-// warp's fragment stores (channels 2 t4 + h, tiles g + 8 i) and its NCHW reads (two channels' 16
-// tiles) each touch 32 banks.
+// Where the product of (channel, tile) waits in its position's plane, so that a warp's fragment
+// stores (channels 8 nt + 2 t4 + h, tiles g + 8 i) and its output reads each touch 32 banks.
+// NCHW reads two channels' 16 tiles: rows of 32 floats hold a channel pair's 16 tiles each, their
+// columns XOR-swizzled by the pair's low two bits.  NHWC reads one tile's 32 channels: rows hold a
+// tile's 32 channels, XOR-swizzled by the tile's low three bits.
+template <bool NHWC>
 __device__ __forceinline__ int gemm_output_slot(int ch, int tile) {
+  if constexpr (NHWC) return tile * 32 + (ch ^ (((tile & 3) << 3) | ((tile >> 2) & 1)));
   return (ch >> 1) * 32 + ((((ch & 1) << 4) | tile) ^ (((ch >> 1) & 3) << 3));
 }
 static_assert(GEMM_OUTPUT_TILES == 16 && GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
@@ -121,10 +124,10 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
 #pragma unroll
       for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
         const int ch = 8 * nt + 2 * t4;
-        Mp[gemm_output_slot(ch, g)] = acc[nt][0];
-        Mp[gemm_output_slot(ch + 1, g)] = acc[nt][1];
-        Mp[gemm_output_slot(ch, g + 8)] = acc[nt][2];
-        Mp[gemm_output_slot(ch + 1, g + 8)] = acc[nt][3];
+        Mp[gemm_output_slot<NHWC>(ch, g)] = acc[nt][0];
+        Mp[gemm_output_slot<NHWC>(ch + 1, g)] = acc[nt][1];
+        Mp[gemm_output_slot<NHWC>(ch, g + 8)] = acc[nt][2];
+        Mp[gemm_output_slot<NHWC>(ch + 1, g + 8)] = acc[nt][3];
       }
     }
     __syncthreads();
@@ -137,7 +140,7 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
       if (t < p.tiles && k0 + ch < K) {
         float mm[ALPHA2];
 #pragma unroll
-        for (int q = 0; q < ALPHA2; ++q) mm[q] = smem[q * GEMM_OUTPUT_POSITION_FLOATS + gemm_output_slot(ch, tile)];
+        for (int q = 0; q < ALPHA2; ++q) mm[q] = smem[q * GEMM_OUTPUT_POSITION_FLOATS + gemm_output_slot<NHWC>(ch, tile)];
         output_store_channel<M, NHWC>(p, y, mm, tile_coord(p, t), k0 + ch);
       }
     }
