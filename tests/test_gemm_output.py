@@ -158,6 +158,27 @@ def test_gpu_fused_is_the_gemm_and_output_graphs_bits(spec, m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("algo", ["megakernel", "nonfused"])
+def test_gpu_fused_plan_runs_after_other_plans_of_its_module(algo):
+    """A module's kernels are shared by its plans: a plan without GEMM_OUTPUT tasks made after one
+    with them (as a converted model makes its layers' plans) leaves the first one the shared
+    memory it launches with."""
+    import cupy
+    import megawino
+    spec, other = LayerSpec(2, 32, 40, 13, 11), LayerSpec(1, 96, 80, 9, 10)
+    x, w, xl = inputs(spec, 5)
+    xd, wd = cupy.asarray(xl), cupy.asarray(w)
+    first = megawino.plan(spec, params=fused(spec), algo=algo)
+    y = _run(first, xd, wd)
+    assert rel_l2(nchw(spec, y), direct_conv_nchw(x, w, 1, 1)) < 3e-6
+    ox, ow, oxl = inputs(other, 6)
+    second = megawino.plan(other, params=default_params(other, 4), algo=algo)
+    assert "fused_output" not in repr(second)
+    assert rel_l2(nchw(other, _run(second, cupy.asarray(oxl), cupy.asarray(ow))), direct_conv_nchw(ox, ow, 1, 1)) < 3e-6
+    assert bool((_run(first, xd, wd) == y).all())
+
+
+@pytest.mark.gpu
 def test_gpu_fused_bitwise_across_mappings():
     import cupy
     import megawino

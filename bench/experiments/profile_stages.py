@@ -81,7 +81,7 @@ def stage_launcher(plan, mod, ttype, arr=None):
     names = {TaskType.FILTER: "filter", TaskType.INPUT: "input", TaskType.GEMM: "gemm",
              TaskType.OUTPUT: "output"}
     name = f"mw_{names[ttype]}_kernel"
-    fn = nvrtc.GemmSmemKernel(mod, name) if ttype == TaskType.GEMM else mod.get_function(name)
+    fn = nvrtc.GemmSmemKernel.winograd(mod, name) if ttype == TaskType.GEMM else mod.get_function(name)
     first, count = plan._type_range[ttype]
     workspace = plan.workspace()
     pbuf = workspace.params(plan, plan._full, workspace.U)
@@ -149,7 +149,7 @@ def main(argv=None):
                 row["output_us"] = events_median(fo, reps=args.reps)
             if args.mega:
                 mm = build("megakernel", spec, defines)
-                fn = nvrtc.GemmSmemKernel(mm, "mw_megakernel", channel_stride(spec.C))
+                fn = nvrtc.GemmSmemKernel.winograd(mm, "mw_megakernel", channel_stride(spec.C))
                 bps = nvrtc.blocks_per_sm(fn)
                 from megawino.tuning import table as tuning
                 mp = tuning.default_mapping_params(nf.task_layout, sms * bps)
