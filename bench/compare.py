@@ -42,7 +42,7 @@ from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entry_for
 
 PRIMARY = {"winograd": "megakernel", "direct": "direct"}
-BACKENDS = ("ours", "prepared", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
+BACKENDS = ("ours", "prepared", "other_layout", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "h100.json"
 TOLERANCE = 1e-4     # rel. L2 vs cuDNN float32 above which a layer is flagged
 
@@ -123,6 +123,8 @@ def derive(layer: dict, primary: str) -> dict:
     b = layer.get("backends", {})
     ours, nonfused = _us(b.get(primary)), _us(b.get("nonfused"))
     prepared = _us(b.get(primary + "_prepared"))
+    other_layout = _us(b.get(primary + "_other_layout"))
+    either_layout = min((t for t in (ours, other_layout) if t is not None), default=None)
     legacy_cols = {k: _us(v) for k, v in b.items()         # a wrong output does not count
                    if k.startswith("cudnn_legacy_") and (v or {}).get("correct") is not False}
     best_key, present = _fastest(b, ("cudnn_nchw", "cudnn_nhwc"))
@@ -145,6 +147,10 @@ def derive(layer: dict, primary: str) -> dict:
         "ours_prepared_us": prepared,
         "ratio_cudnn_best_any_over_ours_prepared": ratio(every.get(any_key), prepared),
         "ratio_cudnn_tf32_over_ours_prepared": ratio(tf32.get(tf32_key), prepared),
+        "ours_other_layout_us": other_layout,
+        "ours_either_layout_us": either_layout,
+        "ratio_cudnn_best_any_over_ours_either_layout": ratio(every.get(any_key), either_layout),
+        "ratio_cudnn_tf32_over_ours_either_layout": ratio(tf32.get(tf32_key), either_layout),
         "tflops_ours": tflops(flops, ours),
         "tflops_nonfused": tflops(flops, nonfused),
         "tflops_cudnn_best": tflops(flops, present.get(best_key)),
@@ -184,6 +190,10 @@ def build_summary(layers: list[dict], primary: str, tol: float = TOLERANCE) -> d
         f"geomean_cudnn_best_any_over_{primary}_prepared": geomean(
             x.get("ratio_cudnn_best_any_over_ours_prepared") for x in d),
         f"geomean_cudnn_tf32_over_{primary}_prepared": geomean(x.get("ratio_cudnn_tf32_over_ours_prepared") for x in d),
+        f"geomean_cudnn_best_any_over_{primary}_either_layout": geomean(
+            x.get("ratio_cudnn_best_any_over_ours_either_layout") for x in d),
+        f"geomean_cudnn_tf32_over_{primary}_either_layout": geomean(
+            x.get("ratio_cudnn_tf32_over_ours_either_layout") for x in d),
         f"{primary}_beats_cudnn_tf32": {"count": sum(r is not None and r > 1 for r in tf32_ratios),
                                          "of": sum(r is not None for r in tf32_ratios)},
         "max_cudnn_tf32_rel_err": max(tf32_errs) if tf32_errs else None,
@@ -206,7 +216,8 @@ def _num(v, fmt="{:.2f}"):
 
 TABLE_COLUMNS = ("layer", "ours ms", "nonfused ms", "cuDNN best ms", "wino-nf ms", "ours TF/s",
                  "cuDNN TF/s", "cudnn/ours", "any/ours", "nf/ours", "GEMM TF/s", "cuBLAS TF/s",
-                 "GEMM eff", "rel err", "TF32 ms", "tf32/ours", "TF32 err", "prepared ms", "tf32/prep")
+                 "GEMM eff", "rel err", "TF32 ms", "tf32/ours", "TF32 err", "prepared ms", "tf32/prep",
+                 "other layout ms", "tf32/either")
 
 
 def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
@@ -217,7 +228,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                                      "gemm_tflops_ours", "gemm_tflops_cublas",
                                      "gemm_efficiency_vs_cublas", "err", "cudnn_tf32_us",
                                      "ratio_cudnn_tf32_over_ours", "cudnn_tf32_rel_err", "ours_prepared_us",
-                                     "ratio_cudnn_tf32_over_ours_prepared")}
+                                     "ratio_cudnn_tf32_over_ours_prepared", "ours_other_layout_us",
+                                     "ratio_cudnn_tf32_over_ours_either_layout")}
     for l in layers:
         b, x = l.get("backends", {}), l.get("derived") or derive(l, primary)
         vals = dict({k: None for k in cols}, **x, nonfused=_us(b.get("nonfused")),   # None: an older record
@@ -236,7 +248,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                      _num(x["gemm_tflops_cublas"], "{:.1f}"), _num(x["gemm_efficiency_vs_cublas"]),
                      err if isinstance(err, str) else _num(err, "{:.1e}"), _ms(vals["cudnn_tf32_us"]),
                      _num(vals["ratio_cudnn_tf32_over_ours"]), _num(vals["cudnn_tf32_rel_err"], "{:.1e}"),
-                     _ms(vals["ours_prepared_us"]), _num(vals["ratio_cudnn_tf32_over_ours_prepared"])])
+                     _ms(vals["ours_prepared_us"]), _num(vals["ratio_cudnn_tf32_over_ours_prepared"]),
+                     _ms(vals["ours_other_layout_us"]), _num(vals["ratio_cudnn_tf32_over_ours_either_layout"])])
     g = {k: geomean(v) for k, v in cols.items()}
     rows.append(["geomean", _ms(g["ours_us"]), _ms(g["nonfused"]), _ms(g["cudnn_best_us"]), _ms(g["wino"]),
                  _num(g["tflops_ours"]), _num(g["tflops_cudnn_best"]),
@@ -245,7 +258,8 @@ def table_rows(layers: list[dict], primary: str) -> list[list[str]]:
                  _num(g["gemm_tflops_cublas"], "{:.1f}"), _num(g["gemm_efficiency_vs_cublas"]),
                  _num(g["err"], "{:.1e}"), _ms(g["cudnn_tf32_us"]),
                  _num(g["ratio_cudnn_tf32_over_ours"]), _num(g["cudnn_tf32_rel_err"], "{:.1e}"),
-                 _ms(g["ours_prepared_us"]), _num(g["ratio_cudnn_tf32_over_ours_prepared"])])
+                 _ms(g["ours_prepared_us"]), _num(g["ratio_cudnn_tf32_over_ours_prepared"]),
+                 _ms(g["ours_other_layout_us"]), _num(g["ratio_cudnn_tf32_over_ours_either_layout"])])
     return rows
 
 
@@ -260,7 +274,7 @@ def print_table(layers: list[dict], primary: str, title: str) -> None:
                          min_width=20 if i == 0 else None)
         for i, r in enumerate(rows):
             t.add_row(*r, style="bold" if i == len(rows) - 1 else None)
-        Console(width=260).print(t)
+        Console(width=320).print(t)
     except Exception:       # rich missing or failing: plain text
         print(title)
         print(" | ".join(TABLE_COLUMNS))

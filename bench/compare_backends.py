@@ -184,6 +184,8 @@ class Bench:
             if "ours" in args.backends:
                 algo = self.primary
                 self.guard(b, algo, lambda: self._ours(spec, st, algo))
+            if "other_layout" in args.backends and spec.winograd_eligible:
+                self.guard(b, self.primary + "_other_layout", lambda: self._ours_other_layout(spec, st))
             if "nonfused" in args.backends and self.primary == "megakernel":
                 self.guard(b, "nonfused", lambda: self._ours(spec, st, "nonfused"))
             for backend, precision in (("cudnn", "ieee"), ("cudnn_tf32", "tf32")):
@@ -252,22 +254,38 @@ class Bench:
         return rt.plan(spec, algo=algo, **winograd, **({} if params is None else {"params": params}))
 
     def _ours(self, spec, st, algo: str) -> dict:
+        entry, st["plan_" + algo], st["fn_" + algo] = self._run_plan(spec, st["xs"], st["w"], algo, st["ref"])
+        return entry
+
+    def _run_plan(self, spec, xs, w, algo: str, ref: dict):
+        """A plan of ``algo`` for ``spec`` run on ``xs[0]`` (output poisoned, checked), then timed
+        over ``xs``: its entry, the plan and the timed call."""
         cp = self.cp
         plan = self._make_plan(spec, algo)
         check = getattr(plan, "check", None)
         y = cp.full(spec.output_shape, cp.nan, dtype=cp.float32)
-        w = st["w"]
-        out = plan(st["xs"][0], w, out=y, check=True)
+        out = plan(xs[0], w, out=y, check=True)
         out = y if out is None else out
         cp.cuda.get_current_stream().synchronize()
         entry = {"algo": algo, "plan": repr(plan), "layout": spec.layout,
                  "blocks_per_sm": getattr(plan, "blocks_per_sm", None), "grid": getattr(plan, "grid", None)}
-        self._verify(entry, self._to_nchw(out, spec.layout), st["ref"])
+        self._verify(entry, self._to_nchw(out, spec.layout), ref)
         fn = lambda x: plan(x, w, out=y, check=False)  # noqa: E731
-        entry.update(self._time(fn, st["xs"], check=check))
-        st["plan_" + algo] = plan
-        st["fn_" + algo] = fn
-        return entry
+        entry.update(self._time(fn, xs, check=check))
+        return entry, plan, fn
+
+    def _ours_other_layout(self, spec, st) -> dict:
+        """The primary algorithm in the other layout (NHWC for an NCHW run, and back) on
+        transposed copies of the same inputs, as a model in that memory format runs it: the
+        cuDNN columns time both layouts too."""
+        other = spec.with_(layout="NHWC" if spec.layout == "NCHW" else "NCHW")
+        axes = (0, 2, 3, 1) if other.layout == "NHWC" else (0, 3, 1, 2)
+        xs = [self.cp.ascontiguousarray(x.transpose(axes)) for x in st["xs"]]
+        try:
+            return self._run_plan(other, xs, st["w"], self.primary, st["ref"])[0]
+        finally:
+            del xs
+            free_gpu_memory()
 
     def _ours_prepared(self, spec, st) -> dict:
         """The primary plan as a converted model calls it, the weight prepared once under a token

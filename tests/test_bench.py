@@ -261,6 +261,37 @@ def test_prepared_weights_column():
     assert [r[prep_ratio] for r in rows] == ["0.50", "1.00", "n/a", f"{0.5 ** 0.5:.2f}"]
 
 
+def test_either_layout_column():
+    """The megakernel in the other layout on the same layer: the faster of the two against TF32 and
+    the best cuDNN fp32 algorithm (whose columns are the faster of NCHW and NHWC too)."""
+    layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((50.0, 4e-4), (40.0, 6e-4))),
+              _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0, tf32=((90.0, 7e-4), (None, None))),
+              _fake_layer("c", 200.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((60.0, 5e-4), (None, None)))]
+    layers[0]["backends"]["megakernel_other_layout"] = {"status": "ok", "median_us": 80.0, "layout": "NHWC"}
+    layers[1]["backends"]["megakernel_other_layout"] = {"status": "ok", "median_us": 120.0, "layout": "NHWC"}
+    layers[2]["backends"]["megakernel_other_layout"] = {"status": "n/a: boom"}
+    d = [compare.derive(layer, "megakernel") for layer in layers]
+    assert [x["ours_other_layout_us"] for x in d] == [80.0, 120.0, None]
+    assert [x["ours_either_layout_us"] for x in d] == [80.0, 100.0, 200.0]
+    assert [x["ratio_cudnn_tf32_over_ours_either_layout"] for x in d] == pytest.approx([0.5, 0.9, 0.3])
+    assert d[0]["ratio_cudnn_best_any_over_ours_either_layout"] == pytest.approx(1.5)
+    s = compare.build_summary(layers, "megakernel")
+    assert s["geomean_cudnn_tf32_over_megakernel_either_layout"] == pytest.approx((0.5 * 0.9 * 0.3) ** (1 / 3))
+    assert s["geomean_cudnn_tf32_over_megakernel"] == pytest.approx((0.4 * 0.9 * 0.3) ** (1 / 3))
+    import readme_tables
+    for layer, x in zip(layers, d):
+        layer["derived"] = x
+    lines = readme_tables.status_table({"layers": layers, "summary": s, "date": "today"}).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    column = header.index("×TF32, either layout")
+    assert [line.strip("|").split("|")[column].strip() for line in lines[2:5]] == ["0.50", "0.90", "0.30"]
+    assert f"in the faster of NCHW and NHWC {(0.5 * 0.9 * 0.3) ** (1 / 3):.2f}" in lines[-1]
+    rows = compare.table_rows(layers, "megakernel")
+    other_ms, either = (compare.TABLE_COLUMNS.index(c) for c in ("other layout ms", "tf32/either"))
+    assert [r[other_ms] for r in rows[:3]] == ["0.080", "0.120", "n/a"]
+    assert [r[either] for r in rows[:3]] == ["0.50", "0.90", "0.30"]
+
+
 def test_table_rows_and_print(capsys):
     layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0),
               _fake_layer("b", None, 80.0, 50.0, 60.0, None, None, 10.0)]
@@ -500,6 +531,7 @@ def _fake_cupy():
     cp.empty = lambda shape, dtype=None: wrap(np.zeros(shape, dtype=dtype))
     cp.isnan, cp.sum = np.isnan, np.sum
     cp.asnumpy = lambda a: np.array(a)
+    cp.ascontiguousarray = lambda a: wrap(np.ascontiguousarray(a))
     cp.matmul = lambda a, b, out=None: np.matmul(a, b, out=out) if out is not None else wrap(np.matmul(a, b))
     cp.from_dlpack = lambda t: wrap(t.a)
 
@@ -608,7 +640,9 @@ def _fake_runtime(wrap, broken=False):
             self.blocks_per_sm, self.grid, self.checks = 2, 8, 0
 
         def __call__(self, x, w, out=None, check=True, weight_token=None):
-            y = direct_conv_nchw(x, w, 1, self.spec.padding).astype(np.float32)
+            nhwc = self.spec.layout == "NHWC"
+            y = direct_conv_nchw(x.transpose(0, 3, 1, 2) if nhwc else x, w, 1, self.spec.padding).astype(np.float32)
+            y = y.transpose(0, 2, 3, 1) if nhwc else y
             out = wrap(np.empty_like(y)) if out is None else out
             out[...] = y
             self.launch_stage(TaskType.GEMM)
@@ -645,14 +679,15 @@ def test_bench_all_columns_on_fakes(fake_device):
     spec = LayerSpec(2, 8, 12, 9, 9, name="tiny")
     rec = bench.run_layer(spec, 0)
     b = rec["backends"]
-    assert set(b) == {"megakernel", "megakernel_prepared", "nonfused", "cudnn_nchw", "cudnn_nhwc",
+    assert set(b) == {"megakernel", "megakernel_prepared", "megakernel_other_layout", "nonfused", "cudnn_nchw", "cudnn_nhwc",
                       "cudnn_tf32_nchw", "cudnn_tf32_nhwc",
                       "cudnn_legacy_winograd_nonfused", "cudnn_legacy_fft_tiling",
                       "gemm_ours", "gemm_cublas"}
     for key, entry in b.items():
         assert entry["status"] == "ok", (key, entry)
         assert entry["median_us"] > 0 and entry["reps"] == 2
-    for key in ("megakernel", "megakernel_prepared", "nonfused", "cudnn_nchw", "cudnn_nhwc"):
+    assert b["megakernel"]["layout"] == "NCHW" and b["megakernel_other_layout"]["layout"] == "NHWC"
+    for key in ("megakernel", "megakernel_prepared", "megakernel_other_layout", "nonfused", "cudnn_nchw", "cudnn_nhwc"):
         assert b[key]["nan_count"] == 0 and b[key]["correct"] is True, (key, b[key])
         assert b[key]["rel_err_vs_cudnn"] < 1e-6 and b[key]["rel_err_vs_f64"] < 1e-6
     assert b["megakernel_prepared"]["bits_equal_plain"] is True and b["megakernel_prepared"]["weight_token"]
