@@ -95,7 +95,6 @@ class Plan:
         self.operand_format = operand_format(mod)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         c_stride = channel_stride(spec.C)   # the GEMM's depth: its ring's shared memory
-        gemm_output_smem = module_int(mod, "mw_gemm_output_smem_bytes")
         if algo == "megakernel":
             self._mega = GemmSmemKernel.winograd(mod, "mw_megakernel", c_stride)
             self.blocks_per_sm = blocks_per_sm(self._mega)
@@ -103,7 +102,7 @@ class Plan:
             self._kernels = {kind.code: GemmSmemKernel.winograd(mod, kind.kernel_name, c_stride)
                              if kind.nonfused_gemm_smem else mod.get_function(kind.kernel_name)
                              for kind in task_types.registered() if kind.on_device}
-            self._kernels[TaskType.GEMM_OUTPUT].reserve(gemm_output_smem)
+            self._kernels[TaskType.GEMM_OUTPUT].reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
         # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
@@ -124,7 +123,7 @@ class Plan:
         if params.fused_output:
             self.operand_format = "float32_u_transposed"
             if algo == "megakernel":   # its products wait in shared memory
-                self._mega.reserve(gemm_output_smem)
+                self._mega.reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
                 self.blocks_per_sm = blocks_per_sm(self._mega)
                 self.workers = sms * max(1, self.blocks_per_sm)
         if ring_buffers:
