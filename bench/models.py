@@ -3,7 +3,8 @@ PyTorch, in one process.
 
 For each model and batch: the converted model, PyTorch fp32 (cuDNN and cuBLAS TF32 off) and
 PyTorch's default TF32 convolutions, all with ``cudnn.benchmark`` on; median of CUDA-event
-timings of whole forwards (warm-up first, inputs rotated among three tensors); relative L2
+timings of whole forwards (warm-up first, inputs rotated among three tensors), and of the same
+forwards captured as CUDA graphs and replayed (the GPU's time without the host's); relative L2
 error of the outputs against a float64 run of the same model (``model.double()`` on the GPU)
 and top-1 agreement with it on random inputs (classification models; the YOLOv3-style
 model's outputs are detection maps: no top-1).  Then the host time per call of
@@ -97,6 +98,36 @@ def time_forwards(model, inputs: list, reps: int, warmup: int = 2) -> list[float
     return [start.elapsed_time(end) for start, end in events]
 
 
+def graph_forwards(model, inputs: list, reps: int) -> tuple[list[float], list]:
+    """ms of ``reps`` CUDA-graph replays of one forward (GPU time, no host cost), and the outputs
+    of a last replay on ``inputs[0]``: the forward is captured once on a static input, into which
+    each replay's input is copied outside the timing."""
+    import torch
+    static_x = inputs[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):           # the warm-up torch asks for before a capture
+        model(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = model(static_x)
+    times = []
+    for i in range(reps + 1):
+        static_x.copy_(inputs[i % len(inputs)])
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    static_x.copy_(inputs[0])
+    graph.replay()
+    outputs = [t.clone() for t in flat_outputs(static_out)]
+    del graph
+    return times[1:], outputs                # the first replay uploads the graph
+
+
 def convert_model(model, example_input, gemm_math: str = DEFAULT_GEMM_MATH):
     """``model`` on megawino in place with the GEMM arithmetic ``gemm_math``; one forward on
     ``example_input`` makes the per-layer choices."""
@@ -104,7 +135,8 @@ def convert_model(model, example_input, gemm_math: str = DEFAULT_GEMM_MATH):
     return mwt.convert(model, gemm_math=gemm_math, example_input=example_input, verbose=False)
 
 
-def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DEFAULT_GEMM_MATH) -> dict:
+def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DEFAULT_GEMM_MATH,
+                graphs: bool = True) -> dict:
     import torch
     import megawino
     import megawino.torch as mwt
@@ -139,11 +171,25 @@ def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DE
             for label, (net, precision) in variants.items():
                 set_fp32_precision(precision)
                 samples[label] += time_forwards(net, inputs, max(3, reps // ROUNDS))
+        graph_outputs = {}
+        if graphs:   # the same forwards as CUDA-graph replays: the GPU's time without the host's
+            for label, (net, precision) in variants.items():
+                set_fp32_precision(precision)
+                try:
+                    times, graph_outputs[label] = graph_forwards(net, inputs, reps)
+                    row[f"{label}_graph_ms"] = statistics.median(times)
+                    row.setdefault("rel_l2_graph", {})[label] = rel_l2(graph_outputs[label], references)
+                except Exception as err:     # a failed capture stays in its column
+                    row.setdefault("graph_errors", {})[label] = short_error(err)
+                free_gpu_memory()
         for label, (net, precision) in variants.items():
             set_fp32_precision(precision)
             row[f"{label}_ms"] = statistics.median(samples[label])
             outputs = flat_outputs(net(inputs[0]))
             row.setdefault("rel_l2", {})[label] = rel_l2(outputs, references)
+            if label in graph_outputs:       # megawino's replay must give its eager call's bits (cuDNN's may differ)
+                row.setdefault("graph_bits_equal_eager", {})[label] = all(
+                    torch.equal(g, o) for g, o in zip(graph_outputs[label], outputs))
             if classification:
                 row.setdefault("top1", {})[label] = top1_agreement(outputs, references)
         set_fp32_precision("ieee")
@@ -155,6 +201,8 @@ def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DE
                       "note": r.note} for r in report.rows]
     for base in ("pytorch_fp32", "pytorch_tf32"):
         row[f"speedup_vs_{base.removeprefix('pytorch_')}"] = row[f"{base}_ms"] / row["megawino_ms"]
+        if row.get(f"{base}_graph_ms") and row.get("megawino_graph_ms"):
+            row[f"graph_speedup_vs_{base.removeprefix('pytorch_')}"] = row[f"{base}_graph_ms"] / row["megawino_graph_ms"]
     return row
 
 
@@ -229,6 +277,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,
                    help="the converted model's GEMM arithmetic (convert(gemm_math=...); "
                         f"default {DEFAULT_GEMM_MATH})")
+    p.add_argument("--no-graphs", dest="graphs", action="store_false",
+                   help="skip the CUDA-graph replays of each variant (timed by default)")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in MODELS]
@@ -264,7 +314,8 @@ def results_table(rows: list[dict], gemm_math: str = DEFAULT_GEMM_MATH):
     from rich.table import Table
     table = Table(title=f"megawino.torch.convert (gemm_math={gemm_math}) vs PyTorch (median ms per forward)")
     for column in ("model", "batch", "PyTorch fp32", "PyTorch TF32", "megawino", "×fp32", "×TF32",
-                   "rel. L2 megawino", "rel. L2 fp32", "rel. L2 TF32", "top-1 megawino", "layers on"):
+                   "graph ×fp32", "graph ×TF32", "rel. L2 megawino", "rel. L2 fp32", "rel. L2 TF32",
+                   "top-1 megawino", "layers on"):
         table.add_column(column, justify="left" if column in ("model", "layers on") else "right")
     for row in rows:
         if "error" in row:
@@ -275,6 +326,7 @@ def results_table(rows: list[dict], gemm_math: str = DEFAULT_GEMM_MATH):
         table.add_row(row["model"], str(row["batch"]), _fmt(row["pytorch_fp32_ms"], ".2f"),
                       _fmt(row["pytorch_tf32_ms"], ".2f"), _fmt(row["megawino_ms"], ".2f"),
                       _fmt(row["speedup_vs_fp32"], ".2f"), _fmt(row["speedup_vs_tf32"], ".2f"),
+                      _fmt(row.get("graph_speedup_vs_fp32"), ".2f"), _fmt(row.get("graph_speedup_vs_tf32"), ".2f"),
                       _fmt(err["megawino"], ".2e"), _fmt(err["pytorch_fp32"], ".2e"),
                       _fmt(err["pytorch_tf32"], ".2e"),
                       _fmt(top1.get("megawino"), ".0%") if top1 else "n/a (detection)", algos)
@@ -300,7 +352,8 @@ def main(argv=None) -> int:
     import torch
     from rich.console import Console
     from rich.progress import Progress
-    console = Console()
+    # A log file or pipe gets the whole table, not 80 columns of it.
+    console = Console() if sys.stdout.isatty() else Console(width=220)
     if not torch.cuda.is_available():
         console.print("[red]bench/models.py needs a CUDA GPU[/]")
         return 1
@@ -311,7 +364,7 @@ def main(argv=None) -> int:
         for name, batch in todo:
             progress.update(task, description=f"{name} batch {batch}")
             try:
-                rows.append(bench_model(name, batch, args.reps, args.seed, args.gemm_math))
+                rows.append(bench_model(name, batch, args.reps, args.seed, args.gemm_math, args.graphs))
             except Exception as err:       # one model failing must not lose the others
                 rows.append({"model": name, "batch": batch, "gemm_math": args.gemm_math,
                              "error": short_error(err)})

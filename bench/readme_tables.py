@@ -62,14 +62,20 @@ def status_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _graph_times(row: dict) -> str:
+    times = [row.get(f"{v}_graph_ms") for v in ("pytorch_fp32", "pytorch_tf32", "megawino")]
+    return MISSING if all(t is None for t in times) else " / ".join(_optional(t, ".2f") for t in times)
+
+
 def models_table(data: dict) -> str:
     lines = ["| model | batch | PyTorch fp32 ms | PyTorch TF32 ms | megawino ms | ×fp32 | ×TF32 "
+             "| CUDA graphs: ms (fp32 / TF32 / megawino) | graph ×fp32 | graph ×TF32 "
              "| rel. L2 vs float64 (fp32 / TF32 / megawino) | top-1 | layers on megawino |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in data["rows"]:
         name = MODEL_NAMES.get(row["model"], row["model"])
         if "error" in row and "megawino_ms" not in row:
-            lines.append(f"| {name} | {row['batch']} | failed: {row['error']} | | | | | | | |")
+            lines.append(f"| {name} | {row['batch']} | failed: {row['error']} | | | | | | | | | | |")
             continue
         err = row["rel_l2"]
         top1 = row.get("top1", {}).get("megawino")
@@ -77,6 +83,8 @@ def models_table(data: dict) -> str:
         ours = sum(v for k, v in algos.items() if k not in ("pytorch", "left alone"))
         lines.append(f"| {name} | {row['batch']} | {row['pytorch_fp32_ms']:.2f} | {row['pytorch_tf32_ms']:.2f} "
                      f"| {row['megawino_ms']:.2f} | {row['speedup_vs_fp32']:.3f} | {row['speedup_vs_tf32']:.3f} "
+                     f"| {_graph_times(row)} | {_optional(row.get('graph_speedup_vs_fp32'), '.3f')} "
+                     f"| {_optional(row.get('graph_speedup_vs_tf32'), '.3f')} "
                      f"| {err['pytorch_fp32']:.1e} / {err['pytorch_tf32']:.1e} / {err['megawino']:.1e} "
                      f"| {'' if top1 is None else f'{top1 * 100:.0f}%'} | {ours} of {sum(algos.values())} |")
     return "\n".join(lines)

@@ -852,3 +852,24 @@ def test_error_study_orders_the_variants():
         assert errors["F4 1x"] > tf32, (distribution, errors)
     assert study.cost(4, "3x") == 1.0 and study.cost(4, "1x") == pytest.approx(1 / 3)
     assert study.cost(2, "2xV") == pytest.approx(16 / 4 * 2 / 6.75) and study.cost(4, "bf16x3") == 0.5
+
+
+def test_readme_models_table_graph_columns():
+    """The README's models table: the CUDA-graph replays' times and ratios where a row has them,
+    a dash where an older run has none, and a failed row still spans every column."""
+    import readme_tables
+    base = {"pytorch_fp32_ms": 4.0, "pytorch_tf32_ms": 3.0, "megawino_ms": 2.0, "speedup_vs_fp32": 2.0,
+            "speedup_vs_tf32": 1.5, "rel_l2": {"pytorch_fp32": 1e-6, "pytorch_tf32": 5e-4, "megawino": 2e-6},
+            "top1": {"megawino": 1.0}, "algos": {"megakernel": 3, "pytorch": 1}}
+    rows = [dict(base, model="resnet50", batch=1, pytorch_fp32_graph_ms=2.0, pytorch_tf32_graph_ms=1.5,
+                 megawino_graph_ms=2.5, graph_speedup_vs_fp32=0.8, graph_speedup_vs_tf32=0.6),
+            dict(base, model="vgg16", batch=32),
+            {"model": "yolov3", "batch": 16, "error": "boom"}]
+    lines = readme_tables.models_table({"rows": rows}).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert all(len(c) == len(header) for c in cells)
+    graph, fp32, tf32 = (header.index(c) for c in ("CUDA graphs: ms (fp32 / TF32 / megawino)", "graph ×fp32", "graph ×TF32"))
+    assert (cells[0][graph], cells[0][fp32], cells[0][tf32]) == ("2.00 / 1.50 / 2.50", "0.800", "0.600")
+    assert (cells[1][graph], cells[1][fp32], cells[1][tf32]) == (readme_tables.MISSING,) * 3
+    assert cells[2][2] == "failed: boom" and cells[0][-1] == "3 of 4"

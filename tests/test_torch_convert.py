@@ -259,10 +259,11 @@ def test_bench_models_gemm_math_reaches_convert(monkeypatch, tmp_path, capsys):
     assert calls[0]["gemm_math"] == "bf16x3" and calls[0]["example_input"] is x
     ran = []
 
-    def fake_bench_model(name, batch, reps, seed, gemm_math):
+    def fake_bench_model(name, batch, reps, seed, gemm_math, graphs):
         ran.append(gemm_math)
         ms = {f"{v}_ms": 1.0 for v in ("pytorch_fp32", "pytorch_tf32", "megawino")}
-        return {"model": name, "batch": batch, "gemm_math": gemm_math, **ms,
+        graph = {"graph_speedup_vs_fp32": 1.25, "graph_speedup_vs_tf32": 0.75} if graphs else {}
+        return {"model": name, "batch": batch, "gemm_math": gemm_math, **ms, **graph,
                 "speedup_vs_fp32": 1.0, "speedup_vs_tf32": 1.0, "algos": {"megakernel": 1},
                 "rel_l2": {"megawino": 1e-4, "pytorch_fp32": 1e-6, "pytorch_tf32": 1e-3}}
 
@@ -276,7 +277,10 @@ def test_bench_models_gemm_math_reaches_convert(monkeypatch, tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert ran == ["bf16x3"] and doc["gemm_math"] == "bf16x3" and doc["argv"] == argv
     assert doc["rows"][0]["gemm_math"] == "bf16x3"
-    assert "gemm_math=bf16x3" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "gemm_math=bf16x3" in printed and "1.25" in printed and "0.75" in printed
+    assert models.main(argv + ["--no-graphs"]) == 0
+    assert "graph_speedup_vs_fp32" not in json.loads(out.read_text())["rows"][0]
 
 
 def test_a_layer_that_ran_pytorch_takes_the_short_path_next_time(monkeypatch):

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import set_fp32_precision  # noqa: E402
-from models import MODELS, build_model, flat_outputs, rel_l2, time_forwards  # noqa: E402
+from models import MODELS, build_model, flat_outputs, graph_forwards, rel_l2, time_forwards  # noqa: E402
 
 
 def outside_inference_copy(model):
@@ -59,27 +59,7 @@ def host_ms(model, x, reps: int = 7) -> float:
 
 def graph_ms(model, x, reps: int = 20) -> float:
     """Median time of a CUDA-graph replay of one forward (GPU time, no host cost)."""
-    import torch
-    static_x = x.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        model(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        model(static_x)
-    graph.replay()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    del graph
-    return statistics.median(times)
+    return statistics.median(graph_forwards(model, [x], reps)[0])
 
 
 def profile(model, inputs, reps: int) -> dict:
