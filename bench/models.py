@@ -379,6 +379,7 @@ def main(argv=None) -> int:
         progress.advance(task)
     console.print(results_table(rows, args.gemm_math))
     console.print(overhead_table(overhead))
+    from megawino.gpu.algo_choice import timing as choice_timing
     from megawino.torch.gpu import choice_margin
     try:
         import torchvision
@@ -389,7 +390,8 @@ def main(argv=None) -> int:
               "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
               "git_commit": git_commit(REPO_ROOT), "argv": sys.argv[1:] if argv is None else list(argv),
               "reps": args.reps, "input_sets": INPUT_SETS, "quick": args.quick,
-              "gemm_math": args.gemm_math, "choice_margin": choice_margin(), "rows": rows,
+              "gemm_math": args.gemm_math, "choice_margin": choice_margin(),
+              "choice_timing": choice_timing(), "rows": rows,
               "host_overhead": overhead}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,7 @@ def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
     monkeypatch.setattr(algo_choice, "gpu_name", lambda: "Test GPU")
     algo_choice.forget()
     timings = iter([5.0, 3.0, 4.0] * 20)
-    monkeypatch.setattr(algo_choice, "measure", lambda c: {n: next(timings) for n in c})
+    monkeypatch.setattr(algo_choice, "measure", lambda c, gpu_time: {n: next(timings) for n in c})
     monkeypatch.setattr("megawino.gpu.workspace.is_capturing", lambda: False)
     calls = {"a": 0, "b": 0, "c": 0}
     candidates = {n: (lambda n=n: calls.__setitem__(n, calls[n] + 1)) for n in calls}
@@ -123,11 +123,11 @@ def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
     assert saved["format"] == algo_choice.FORMAT
     assert saved["gpus"]["Test GPU"]["shape-1"]["choice"] == "b"
     algo_choice.forget()                                  # a new process reads the file
-    monkeypatch.setattr(algo_choice, "measure", lambda c: pytest.fail("measured again"))
+    monkeypatch.setattr(algo_choice, "measure", lambda c, gpu_time: pytest.fail("measured again"))
     assert algo_choice.choose_fastest("shape-1", candidates) == "b"
     (tmp_path / algo_choice.FILE_NAME).write_text("{not json")
     algo_choice.forget()
-    monkeypatch.setattr(algo_choice, "measure", lambda c: {"a": 1.0, "b": 2.0, "c": 3.0})
+    monkeypatch.setattr(algo_choice, "measure", lambda c, gpu_time: {"a": 1.0, "b": 2.0, "c": 3.0})
     assert algo_choice.choose_fastest("shape-1", candidates) == "a"   # a broken file is remeasured
     algo_choice.forget()
     (tmp_path / algo_choice.FILE_NAME).unlink()
@@ -140,6 +140,32 @@ def test_algo_choice_cache_file_round_trip(tmp_path, monkeypatch):
         algo_choice.choose_fastest("", candidates)
     with pytest.raises(ValueError):
         algo_choice.choose_fastest("k", {})
+
+
+def test_algo_choice_gpu_timing_is_asked_for_and_kept_apart(tmp_path, monkeypatch):
+    """$MEGAWINO_CHOICE_TIMING=gpu measures by the GPU's time alone and keeps those choices
+    under their own keys, beside the burst-timed ones; another value is a ValueError."""
+    monkeypatch.setenv("MEGAWINO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(algo_choice, "gpu_name", lambda: "Test GPU")
+    monkeypatch.setattr("megawino.gpu.workspace.is_capturing", lambda: False)
+    algo_choice.forget()
+    asked = []
+
+    def measure(candidates, gpu_time):
+        asked.append(gpu_time)
+        return {"host_light": 3.0, "gpu_light": 2.0} if gpu_time else {"host_light": 2.0, "gpu_light": 3.0}
+    monkeypatch.setattr(algo_choice, "measure", measure)
+    candidates = {"host_light": lambda: None, "gpu_light": lambda: None}
+    monkeypatch.delenv(algo_choice.ENV_TIMING, raising=False)
+    assert algo_choice.timing() == "burst" and algo_choice.choose_fastest("k", candidates) == "host_light"
+    monkeypatch.setenv(algo_choice.ENV_TIMING, "gpu")
+    assert algo_choice.choose_fastest("k", candidates) == "gpu_light"
+    assert asked == [False, True]
+    saved = json.loads((tmp_path / algo_choice.FILE_NAME).read_text())["gpus"]["Test GPU"]
+    assert saved["k"]["choice"] == "host_light" and saved["k/gpu-time"]["choice"] == "gpu_light"
+    monkeypatch.setenv(algo_choice.ENV_TIMING, "host")
+    with pytest.raises(ValueError, match="MEGAWINO_CHOICE_TIMING"):
+        algo_choice.choose_fastest("k2", candidates)
 
 
 def test_status_line_has_the_fired_count_the_ring_reads():

@@ -5,13 +5,17 @@ The cache file is ``<cache dir>/algo_choice.json`` (cache dir: ``$MEGAWINO_CACHE
 ``$XDG_CACHE_HOME/megawino``, else ``~/.cache/megawino``), written atomically.  A shape is
 timed with CUDA events on the current stream: every candidate runs once to warm up, then
 ``ROUNDS`` rounds time a burst of ``BURST`` back-to-back calls of each candidate in turn, and
-the medians of the time per call decide.
+the medians of the time per call decide.  ``$MEGAWINO_CHOICE_TIMING=gpu`` times each burst behind
+a spin kernel that outlasts its enqueue, so only the GPU's time counts (as in a forward captured
+into a CUDA graph, where no host time is left); such choices are kept under their own keys.
 """
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import threading
+import time
 
 import numpy as np
 
@@ -21,6 +25,8 @@ from ..core.user_files import cache_dir, write_text_atomically
 
 ROUNDS = 7
 BURST = 4
+ENV_TIMING = "MEGAWINO_CHOICE_TIMING"
+TIMINGS = ("burst", "gpu")
 FILE_NAME = "algo_choice.json"
 FORMAT = "megawino-algo-choice-2"
 
@@ -73,6 +79,14 @@ def cached_choice(key: str) -> str | None:
         return _memory.get((gpu, key))
 
 
+def timing() -> str:
+    """How choices are timed: ``$MEGAWINO_CHOICE_TIMING`` (one of TIMINGS), else "burst"."""
+    value = os.environ.get(ENV_TIMING, "burst")
+    if value not in TIMINGS:
+        raise ValueError(f"{ENV_TIMING} must be one of {', '.join(TIMINGS)}, got {value!r}")
+    return value
+
+
 def choose_fastest(key: str, candidates: dict, handicaps: dict | None = None) -> str:
     """The name of the fastest zero-argument callable of ``candidates`` for ``key`` on this GPU:
     the cached answer, else measured now (and cached).  ``handicaps``: name -> factor (>= 1) its
@@ -84,6 +98,8 @@ def choose_fastest(key: str, candidates: dict, handicaps: dict | None = None) ->
     if not isinstance(key, str) or not key:
         raise ValueError(f"key must be a non-empty string, got {key!r}")
     names = list(candidates)
+    gpu_time = timing() == "gpu"
+    key = key + "/gpu-time" if gpu_time else key
     cached = cached_choice(key)
     if cached in candidates:
         return cached
@@ -93,7 +109,7 @@ def choose_fastest(key: str, candidates: dict, handicaps: dict | None = None) ->
     if is_capturing():
         return names[0]
     handicaps = handicaps or {}
-    times = measure(candidates)
+    times = measure(candidates, gpu_time=gpu_time)
     choice = min(times, key=lambda name: times[name] * handicaps.get(name, 1.0))
     gpu = gpu_name()
     with _lock:
@@ -102,18 +118,33 @@ def choose_fastest(key: str, candidates: dict, handicaps: dict | None = None) ->
     return choice
 
 
-def measure(candidates: dict, rounds: int = ROUNDS, calls: int = BURST) -> dict:
+def measure(candidates: dict, rounds: int = ROUNDS, calls: int = BURST, gpu_time: bool = False) -> dict:
     """Median microseconds per call of each candidate, timed with CUDA events in alternating
     rounds; each sample is a burst of ``calls`` back-to-back calls, so the host time of a call
-    counts only where it exceeds the GPU's (as inside a model, where the host runs ahead)."""
+    counts only where it exceeds the GPU's (as inside a model, where the host runs ahead).
+    ``gpu_time``: each burst is queued behind a spin kernel twice as long as the host took to
+    queue a burst, so the GPU runs it back to back and the host's time does not count."""
+    from .timing import gpu_spin
     cupy = cupy_module()
     stream = cupy.cuda.get_current_stream()
     for fn in candidates.values():
         fn()
+    spin_ns = 0
+    if gpu_time:
+        stream.synchronize()
+        host_s = 0.0
+        for fn in candidates.values():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            host_s = max(host_s, time.perf_counter() - t0)
+        spin_ns = int(2e9 * host_s) + 20_000
     samples = {name: [] for name in candidates}
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(rounds):
         for name, fn in candidates.items():
+            if spin_ns:
+                gpu_spin(spin_ns)
             start.record(stream)
             for _ in range(calls):
                 fn()
