@@ -229,12 +229,27 @@ def test_build_summary_tf32_columns():
     json.dumps(common.json_clean(s), allow_nan=False)
 
 
+def _three_tf32_layers():
+    return [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((50.0, 4e-4), (40.0, 6e-4))),
+            _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0, tf32=((90.0, 7e-4), (None, None))),
+            _fake_layer("c", 200.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((60.0, 5e-4), (None, None)))]
+
+
+def _status_column(layers, derived, summary, name):
+    """The README status table of ``layers`` (with ``derived``): column ``name``'s cells, and the
+    summary line under the table."""
+    import readme_tables
+    for layer, x in zip(layers, derived):
+        layer["derived"] = x
+    lines = readme_tables.status_table({"layers": layers, "summary": summary, "date": "today"}).splitlines()
+    column = [c.strip() for c in lines[0].strip("|").split("|")].index(name)
+    return [line.strip("|").split("|")[column].strip() for line in lines[2:2 + len(layers)]], lines[-1]
+
+
 def test_prepared_weights_column():
     """The megakernel with its weight prepared once (as a converted model runs it): ratios to the
     best cuDNN fp32 algorithm and to TF32 per layer and as geomeans; absent in older records."""
-    layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((50.0, 4e-4), (40.0, 6e-4))),
-              _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0, tf32=((90.0, 7e-4), (None, None))),
-              _fake_layer("c", 200.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((60.0, 5e-4), (None, None)))]
+    layers = _three_tf32_layers()
     layers[0]["backends"]["megakernel_prepared"] = {"status": "ok", "median_us": 80.0}
     layers[1]["backends"]["megakernel_prepared"] = {"status": "ok", "median_us": 90.0}
     layers[2]["backends"]["megakernel_prepared"] = {"status": "n/a: boom"}
@@ -248,13 +263,9 @@ def test_prepared_weights_column():
     assert s["geomean_cudnn_best_any_over_megakernel_prepared"] == pytest.approx((1.5 * 50 / 90) ** 0.5)
     assert s["geomean_cudnn_tf32_over_megakernel"] == pytest.approx((0.4 * 0.9 * 0.3) ** (1 / 3))
     import readme_tables
-    for layer, x in zip(layers, d):
-        layer["derived"] = x
-    lines = readme_tables.status_table({"layers": layers, "summary": s, "date": "today"}).splitlines()
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    column = header.index("×TF32, weights prepared")
-    assert [line.strip("|").split("|")[column].strip() for line in lines[2:5]] == ["0.50", "1.00", readme_tables.MISSING]
-    assert "with the weights prepared once 0.71" in lines[-1]
+    cells, summary_line = _status_column(layers, d, s, "×TF32, weights prepared")
+    assert cells == ["0.50", "1.00", readme_tables.MISSING]
+    assert "with the weights prepared once 0.71" in summary_line
     rows = compare.table_rows(layers, "megakernel")
     prep_ms, prep_ratio = (compare.TABLE_COLUMNS.index(c) for c in ("prepared ms", "tf32/prep"))
     assert [r[prep_ms] for r in rows] == ["0.080", "0.090", "n/a", f"{(80 * 90) ** 0.5 / 1e3:.3f}"]
@@ -264,9 +275,7 @@ def test_prepared_weights_column():
 def test_either_layout_column():
     """The megakernel in the other layout on the same layer: the faster of the two against TF32 and
     the best cuDNN fp32 algorithm (whose columns are the faster of NCHW and NHWC too)."""
-    layers = [_fake_layer("a", 100.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((50.0, 4e-4), (40.0, 6e-4))),
-              _fake_layer("b", 100.0, 80.0, 50.0, 60.0, 400.0, 10.0, 10.0, tf32=((90.0, 7e-4), (None, None))),
-              _fake_layer("c", 200.0, 150.0, 300.0, 200.0, 120.0, 50.0, 40.0, tf32=((60.0, 5e-4), (None, None)))]
+    layers = _three_tf32_layers()
     layers[0]["backends"]["megakernel_other_layout"] = {"status": "ok", "median_us": 80.0, "layout": "NHWC"}
     layers[1]["backends"]["megakernel_other_layout"] = {"status": "ok", "median_us": 120.0, "layout": "NHWC"}
     layers[2]["backends"]["megakernel_other_layout"] = {"status": "n/a: boom"}
@@ -278,14 +287,9 @@ def test_either_layout_column():
     s = compare.build_summary(layers, "megakernel")
     assert s["geomean_cudnn_tf32_over_megakernel_either_layout"] == pytest.approx((0.5 * 0.9 * 0.3) ** (1 / 3))
     assert s["geomean_cudnn_tf32_over_megakernel"] == pytest.approx((0.4 * 0.9 * 0.3) ** (1 / 3))
-    import readme_tables
-    for layer, x in zip(layers, d):
-        layer["derived"] = x
-    lines = readme_tables.status_table({"layers": layers, "summary": s, "date": "today"}).splitlines()
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    column = header.index("×TF32, either layout")
-    assert [line.strip("|").split("|")[column].strip() for line in lines[2:5]] == ["0.50", "0.90", "0.30"]
-    assert f"in the faster of NCHW and NHWC {(0.5 * 0.9 * 0.3) ** (1 / 3):.2f}" in lines[-1]
+    cells, summary_line = _status_column(layers, d, s, "×TF32, either layout")
+    assert cells == ["0.50", "0.90", "0.30"]
+    assert f"in the faster of NCHW and NHWC {(0.5 * 0.9 * 0.3) ** (1 / 3):.2f}" in summary_line
     rows = compare.table_rows(layers, "megakernel")
     other_ms, either = (compare.TABLE_COLUMNS.index(c) for c in ("other layout ms", "tf32/either"))
     assert [r[other_ms] for r in rows[:3]] == ["0.080", "0.120", "n/a"]
