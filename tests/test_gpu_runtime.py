@@ -214,3 +214,27 @@ def test_choose_algo_skips_an_algorithm_whose_workspace_does_not_fit(monkeypatch
     monkeypatch.setattr(DirectPlan, "__call__", out_of_memory)
     with pytest.raises(MemoryError, match="split the batch"):
         runtime.choose_algo(LayerSpec(2, 40, 24, 23, 13))
+
+
+def test_choice_timing_gpu_leaves_the_host_out():
+    """Two candidates: one that costs the host 300 µs a call and the GPU almost nothing, one that
+    costs the GPU 100 µs and the host nothing.  Burst timing (the default) ranks the host-heavy one
+    slower; GPU timing ranks it faster, so only the GPU's time was counted."""
+    from megawino.gpu import algo_choice
+    from megawino.gpu.timing import gpu_spin
+    cp = _cp()
+    tiny = cp.zeros(16, dtype=cp.float32)
+
+    def host_heavy():
+        end = time.perf_counter() + 300e-6
+        while time.perf_counter() < end:
+            pass
+        tiny.fill(1.0)
+
+    def gpu_heavy():
+        assert gpu_spin(100_000)
+    candidates = {"host_heavy": host_heavy, "gpu_heavy": gpu_heavy}
+    burst = algo_choice.measure(candidates)
+    gpu = algo_choice.measure(candidates, gpu_time=True)
+    assert burst["host_heavy"] > 250 and burst["host_heavy"] > burst["gpu_heavy"], burst
+    assert gpu["host_heavy"] < 50 and 90 < gpu["gpu_heavy"] < 200, gpu
