@@ -225,31 +225,28 @@ class GemmSmemKernel:
     kernels.  Every launch passes ``shared_bytes`` (calls here, KernelLaunch, blocks_per_sm;
     ``kernel`` is the driver function as on a RawKernel): all of the module's
     ``mw_gemm_smem_bytes``, or with ``c_stride`` what GEMM tiles of that depth use
-    (gemm_smem_bytes), or what ``reserve`` asks.  The driver function is allowed ``allowed``
-    bytes (default ``mw_gemm_smem_bytes``): every plan of a module shares that function, so each
-    passes the same most its plans reserve, and none takes away what another launches with."""
+    (gemm_smem_bytes), or after ``reserve_gemm_output`` at least ``gemm_output_bytes``.  The
+    driver function is allowed the larger of ``mw_gemm_smem_bytes`` and ``gemm_output_bytes``:
+    every plan of a module shares that function, so each sets the same value and none takes
+    away what another launches with."""
 
-    def __init__(self, mod, name: str, c_stride: int | None = None, allowed: int | None = None):
+    def __init__(self, mod, name: str, c_stride: int | None = None, gemm_output_bytes: int = 0):
         self._raw = mod.get_function(name)
         whole = module_int(mod, "mw_gemm_smem_bytes")
-        self.allowed = whole if allowed is None else max(whole, allowed)
-        self._raw.max_dynamic_shared_size_bytes = self.allowed
+        self.gemm_output_bytes = gemm_output_bytes
+        self._raw.max_dynamic_shared_size_bytes = max(whole, gemm_output_bytes)
         self.shared_bytes = whole if c_stride is None else gemm_smem_bytes(mod, c_stride)
         self.kernel = self._raw.kernel
 
-    def reserve(self, nbytes: int) -> None:
-        """Launch with at least ``nbytes`` of dynamic shared memory (GEMM_OUTPUT tasks park a
-        group's products there: ``mw_gemm_output_smem_bytes``), within ``allowed``."""
-        if nbytes > self.allowed:
-            raise ValueError(f"a launch of {nbytes} bytes of dynamic shared memory is over the {self.allowed} "
-                             f"this kernel was allowed")
-        self.shared_bytes = max(self.shared_bytes, nbytes)
-
     @classmethod
     def winograd(cls, mod, name: str, c_stride: int | None = None) -> "GemmSmemKernel":
-        """A kernel of a Winograd module (megakernel.cu, nonfused.cu): allowed the most of the
-        GEMM tile's and the GEMM_OUTPUT task's shared memory, whichever plan of the module runs."""
-        return cls(mod, name, c_stride, allowed=module_int(mod, "mw_gemm_output_smem_bytes"))
+        """A kernel of a Winograd module (megakernel.cu, nonfused.cu), whose plans with GEMM_OUTPUT
+        tasks launch with ``mw_gemm_output_smem_bytes``."""
+        return cls(mod, name, c_stride, module_int(mod, "mw_gemm_output_smem_bytes"))
+
+    def reserve_gemm_output(self) -> None:
+        """Launch with at least the GEMM_OUTPUT task's shared memory (a group's products wait there)."""
+        self.shared_bytes = max(self.shared_bytes, self.gemm_output_bytes)
 
     def __call__(self, grid, block, args, stream=None):
         self._raw(grid, block, args, shared_mem=self.shared_bytes, stream=stream)

@@ -26,7 +26,7 @@ from . import weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
-                    cupy_module, gemm_output_tasks_allowed, module, module_int, operand_format)
+                    cupy_module, gemm_output_tasks_allowed, module, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
 from ..core.task_graph import TaskGraph
@@ -102,7 +102,7 @@ class Plan:
             self._kernels = {kind.code: GemmSmemKernel.winograd(mod, kind.kernel_name, c_stride)
                              if kind.nonfused_gemm_smem else mod.get_function(kind.kernel_name)
                              for kind in task_types.registered() if kind.on_device}
-            self._kernels[TaskType.GEMM_OUTPUT].reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
+            self._kernels[TaskType.GEMM_OUTPUT].reserve_gemm_output()
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
         # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
@@ -123,7 +123,7 @@ class Plan:
         if params.fused_output:
             self.operand_format = "float32_u_transposed"
             if algo == "megakernel":   # its products wait in shared memory
-                self._mega.reserve(module_int(mod, "mw_gemm_output_smem_bytes"))
+                self._mega.reserve_gemm_output()
                 self.blocks_per_sm = blocks_per_sm(self._mega)
                 self.workers = sms * max(1, self.blocks_per_sm)
         if ring_buffers:
