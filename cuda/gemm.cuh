@@ -888,7 +888,27 @@ __device__ __forceinline__ void gemm_task(const Params& p, GemmSmem& sm, int gro
   const float* Vp = reinterpret_cast<const float*>(p.V) + static_cast<long long>(pos) * p.buffer_tiles * c_stride;
   const float* Up = reinterpret_cast<const float*>(p.U) + static_cast<long long>(pos) * c_stride * k_stride;
   float* Mp = reinterpret_cast<float*>(p.Mbuf) + static_cast<long long>(pos) * p.buffer_tiles * k_stride;
-#if MW_SPLIT_OPERANDS
+#ifdef MW_GEMM_FREE
+  // Diagnostic build (bench/experiments/free_stage_bounds.sh): the GEMM's arithmetic costs nothing,
+  // so the megakernel's time is what the rest of it takes.  1: the task only writes its M block;
+  // 2: the first K block's task also reads its V rows once, as any GEMM must.
+  {
+    (void)Up, (void)sm;
+    const int tid = thread_index(), cols4 = (k1 - k0) / 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (MW_GEMM_FREE >= 2 && kb == 0) {
+      const float4* V4 = reinterpret_cast<const float4*>(Vp + t0 * c_stride);
+      for (int i = tid; i < tpg * c_stride / 4; i += BLOCK_THREADS) {
+        const float4 v = V4[i];
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+    }
+    for (int i = tid; i < tpg * cols4; i += BLOCK_THREADS) {
+      const int r = i / cols4, c = i - r * cols4;
+      reinterpret_cast<float4*>(Mp + (t0 + r) * k_stride + k0)[c] = sum;
+    }
+  }
+#elif MW_SPLIT_OPERANDS
   // 128-column tiles while more than 64 columns are left.
   for (int col = k0; col < k1; col += k1 - col > GEMM_BN ? 2 * GEMM_BN : GEMM_BN) {
     int r = 0;

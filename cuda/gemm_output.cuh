@@ -82,6 +82,21 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         copy_gemm_output_b(stage + 16 * 32 * (2 + nt), Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
       cp_async_commit();
     };
+#ifdef MW_GEMM_FREE
+    // Diagnostic build (cuda/gemm.cuh's gemm_task): no products; 2: K block 0 reads the step's V rows.
+    (void)copy_k_tile, (void)stage_chunks, (void)k_tiles;
+    if (MW_GEMM_FREE >= 2 && index == 0) {
+      for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
+        const float4* V4 = reinterpret_cast<const float4*>(V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub) * c_stride);
+        float sum = 0.f;
+        for (int i = lane; i < GEMM_OUTPUT_TILES * c_stride / 4; i += 32) {
+          const float4 v = V4[i];
+          sum += v.x + v.y + v.z + v.w;
+        }
+        smem[pos * GEMM_OUTPUT_POSITION_FLOATS + lane] = sum;
+      }
+    }
+#else
     if (warp < ALPHA2) copy_k_tile(warp, 0);
     for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
       float acc[GEMM_OUTPUT_NT][4];
@@ -130,9 +145,14 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         Mp[gemm_output_slot<NHWC>(ch + 1, g + 8)] = acc[nt][3];
       }
     }
+#endif
     __syncthreads();
     // NHWC: a warp's lanes take consecutive channels of a tile (y's contiguous dimension); NCHW:
     // consecutive tiles of a channel.
+#ifdef MW_TRANSFORMS_FREE
+    // Diagnostic build (bench/experiments/free_stage_bounds.sh): no output transform.
+    if (false)
+#endif
     for (int pair = tid; pair < GEMM_OUTPUT_TILES * GEMM_OUTPUT_CHANNELS; pair += BLOCK_THREADS) {
       const int ch = NHWC ? pair % GEMM_OUTPUT_CHANNELS : pair / GEMM_OUTPUT_TILES;
       const int tile = NHWC ? pair / GEMM_OUTPUT_CHANNELS : pair % GEMM_OUTPUT_TILES;

@@ -268,6 +268,11 @@ __device__ __forceinline__ void output_transform_parked(const Params& p, float* 
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_task(const Params& p, float* y, int group, int index,
                                                       float* sbuf) {
+#ifdef MW_TRANSFORMS_FREE
+  // Diagnostic build (bench/experiments/free_stage_bounds.sh): output tasks cost nothing.
+  (void)p, (void)y, (void)group, (void)index, (void)sbuf;
+  return;
+#endif
   if constexpr (!NHWC && MW_OUTPUT_STAGED) {
     if (M != 4 || p.out_w % 4 != 0) {
       output_transform_staged<M>(p, y, group, index, sbuf);
