@@ -147,12 +147,9 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
     }
 #endif
     __syncthreads();
+#ifndef MW_TRANSFORMS_FREE   // diagnostic build (bench/experiments/free_stage_bounds.sh): no output transform
     // NHWC: a warp's lanes take consecutive channels of a tile (y's contiguous dimension); NCHW:
     // consecutive tiles of a channel.
-#ifdef MW_TRANSFORMS_FREE
-    // Diagnostic build (bench/experiments/free_stage_bounds.sh): no output transform.
-    if (false)
-#endif
     for (int pair = tid; pair < GEMM_OUTPUT_TILES * GEMM_OUTPUT_CHANNELS; pair += BLOCK_THREADS) {
       const int ch = NHWC ? pair % GEMM_OUTPUT_CHANNELS : pair / GEMM_OUTPUT_TILES;
       const int tile = NHWC ? pair / GEMM_OUTPUT_CHANNELS : pair % GEMM_OUTPUT_TILES;
@@ -164,6 +161,7 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         output_store_channel<M, NHWC>(p, y, mm, tile_coord(p, t), k0 + ch);
       }
     }
+#endif
     __syncthreads();
   }
 #else

@@ -106,3 +106,14 @@ def test_sm90a_bf16x3_build_multiplies_split_operands(source, tmp_path):
     assert "st.global.b16" in split
     assert "wgmma.mma_async" not in plain and re.search(r"\.u32 mw_split_operands( = 0)?;", plain)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in plain
+
+
+# The diagnostic builds of bench/experiments/free_stage_bounds.sh (wrong outputs by design) keep compiling.
+DIAGNOSTIC_VARIANTS = [SM90A + ("-DMW_M=4", "-DMW_GEMM_FREE=2"), SM90A + ("-DMW_M=4", "-DMW_TRANSFORMS_FREE"),
+                       SM90A + ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_GEMM_FREE=1", "-DMW_TRANSFORMS_FREE")]
+
+
+@pytest.mark.parametrize("defines", DIAGNOSTIC_VARIANTS, ids=lambda d: " ".join(d[1:]))
+@pytest.mark.parametrize("source", ["megakernel.cu", "nonfused.cu"])
+def test_diagnostic_builds_compile(source, defines, tmp_path):
+    assert _ptxas_report(source, defines, tmp_path), f"no ptxas report for {source}"
