@@ -33,13 +33,13 @@ __device__ __forceinline__ int gemm_output_slot(int ch, int tile) {
   return (ch >> 1) * 32 + ((((ch & 1) << 4) | tile) ^ (((ch >> 1) & 3) << 3));
 }
 static_assert(GEMM_OUTPUT_TILES == 16 && GEMM_OUTPUT_NT * 8 == GEMM_OUTPUT_CHANNELS && GEMM_OUTPUT_MAX_C_STRIDE % 16 == 0, "fragment tiling");
-// The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
-// (megawino.gpu.nvrtc.GemmSmemKernel.reserve).
 // Each lane's six 16-byte operand chunks of one k tile (V rows g and g + 8, U^T rows of the four
 // n8 blocks), copied by cp.async while the MMAs of the previous k tile run: a warp's 3 KB after
 // the products' planes.
 constexpr int GEMM_OUTPUT_LANE_CHUNKS = 2 + GEMM_OUTPUT_NT;
 constexpr int GEMM_OUTPUT_STAGE_FLOATS = 4 * GEMM_OUTPUT_LANE_CHUNKS * BLOCK_THREADS;
+// The dynamic shared memory a launch that runs GEMM_OUTPUT tasks passes at least
+// (megawino.gpu.nvrtc.GemmSmemKernel.reserve_gemm_output).
 extern "C" __device__ int mw_gemm_output_smem_bytes =
     ((MW_M + 2) * (MW_M + 2) * GEMM_OUTPUT_POSITION_FLOATS + GEMM_OUTPUT_STAGE_FLOATS) * static_cast<int>(sizeof(float));
 
