@@ -1,9 +1,9 @@
 """Render the README's result tables from the committed result files, so no figure is typed by
-hand: the suite status (``bench/results/h100.json`` of bench/compare.py) and the whole models
-(``bench/results/h100-models.json`` of bench/models.py).
+hand: the suite status (``bench/results/<gpu>/compare.json`` of bench/compare.py) and the whole
+models (``bench/results/<gpu>/models.json`` of bench/models.py).
 
-    python3 bench/readme_tables.py status [PATH]
-    python3 bench/readme_tables.py models [PATH]
+    python3 bench/readme_tables.py status [--gpu h100] [PATH]
+    python3 bench/readme_tables.py models [--gpu h100] [PATH]
 """
 from __future__ import annotations
 
@@ -93,9 +93,10 @@ def models_table(data: dict) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", choices=("status", "models"))
-    parser.add_argument("path", nargs="?", help="results file (default: the committed one)")
+    parser.add_argument("path", nargs="?", help="results file (default: the GPU's committed one)")
+    parser.add_argument("--gpu", default="h100", help="the folder of bench/results/ to read (default h100)")
     args = parser.parse_args(argv)
-    default = RESULTS / ("h100.json" if args.table == "status" else "h100-models.json")
+    default = RESULTS / args.gpu / ("compare.json" if args.table == "status" else "models.json")
     data = json.loads(Path(args.path or default).read_text())
     print(status_table(data) if args.table == "status" else models_table(data))
 
