@@ -99,7 +99,7 @@ def test_pyproject_keeps_cupy_in_the_gpu_extra():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert not [d for d in project["dependencies"] if "cupy" in d.lower()]
-    assert sorted(project["dependencies"]) == ["networkx", "numpy>=2", "rich"]
+    assert sorted(project["dependencies"]) == ["networkx", "numpy>=2", "rich", "threadpoolctl>=3"]
     extras = project["optional-dependencies"]
     assert extras["gpu"] == ["cupy-cuda13x[ctk]>=14"]
     assert extras["torch"] == ["torch>=2.1"]
