@@ -10,9 +10,9 @@ and top-1 agreement with it on random inputs (classification models; the YOLOv3-
 model's outputs are detection maps: no top-1).  Then the host time per call of
 ``megawino.torch.conv2d`` on a tiny cached layer against ``F.conv2d``.
 
-    python3 bench/models.py                        # every model, writes bench/results/h100-models.json
+    python3 bench/models.py                        # every model, writes bench/results/<gpu>/models.json
     python3 bench/models.py --models resnet50 --batches 1 --quick
-    python3 bench/models.py --models resnet50 --gemm-math bf16x3 --json bench/results/h100-models-bf16x3.json
+    python3 bench/models.py --models resnet50 --gemm-math bf16x3 --json models-bf16x3.json
 
 ``--gemm-math`` picks the converted model's GEMM arithmetic (``convert(..., gemm_math=...)``),
 recorded in the JSON, in each row beside its errors and in the table's title; the PyTorch TF32
@@ -38,11 +38,10 @@ REPO_ROOT = BENCH_DIR.parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from common import free_gpu_memory, git_commit, json_clean, set_fp32_precision, short_error  # noqa: E402
+from common import free_gpu_memory, git_commit, json_clean, results_path, set_fp32_precision, short_error  # noqa: E402
 from host_overhead import host_overhead, overhead_table  # noqa: E402
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
-DEFAULT_JSON = BENCH_DIR / "results" / "h100-models.json"
 # model -> (batches, input resolution, classification: top-1 is meaningful)
 MODELS = {
     "resnet50": ((1, 8, 64), 224, True),
@@ -223,7 +222,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated batch sizes for every model (default: each model's own)")
     p.add_argument("--reps", type=int, default=None, help="timed forwards per variant (default 20; 5 with --quick)")
     p.add_argument("--overhead-calls", type=int, default=2000, help="back-to-back calls per overhead row")
-    p.add_argument("--json", default=str(DEFAULT_JSON), help="results file (its folder is created)")
+    p.add_argument("--json", default=None,
+                   help="results file (its folder is created; default bench/results/<gpu>/models.json)")
     p.add_argument("--quick", action="store_true", help="5 reps, each model's smallest batch only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
               "gemm_math": args.gemm_math, "choice_margin": choice_margin(),
               "choice_timing": choice_timing(), "rows": rows,
               "host_overhead": overhead}
-    out = Path(args.json)
+    out = Path(args.json) if args.json else results_path("models")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(json_clean(record), indent=1) + "\n")
     console.print(f"wrote {out}")

@@ -20,6 +20,7 @@ from ..core.task_sizes import build_graph, default_params
 from ..core.task_graph import TaskGraph
 from ..core.tasks import Layout, TaskParams
 from ..core.winograd import transform
+from .threads import executor_blas_threads
 
 POISON = np.float32(np.nan)
 DEFAULT_MEMORY_BUDGET = 1 << 30     # bytes of U, V, M and y that one batch of images may use
@@ -68,8 +69,9 @@ def execute(graph: TaskGraph, order, x: np.ndarray, w: np.ndarray) -> Buffers:
     mapping_mod.validate_mapping(graph, order)
     buffers = Buffers.allocate(graph, np.asarray(x), np.asarray(w))
     tf = transform(graph.layout.params.m)
-    for task in np.asarray(order).tolist():
-        run_task(graph, task, buffers, tf)
+    with executor_blas_threads():
+        for task in np.asarray(order).tolist():
+            run_task(graph, task, buffers, tf)
     return buffers
 
 
