@@ -126,7 +126,7 @@ def test_conv2d_cpu_stride_and_shapes_refused():
     x = np.ones((1, 2, 8, 8), np.float32)
     w = np.ones((3, 2, 3, 3), np.float32)
     for stride in (2, 1.0, True):
-        with pytest.raises(ValueError, match="stride 1 only"):
+        with pytest.raises(ValueError, match="stride"):
             megawino.conv2d_cpu(x, w, stride=stride)
     with pytest.raises(ValueError, match="3x3"):
         megawino.conv2d_cpu(x, np.ones((3, 2, 5, 5), np.float32), padding=2)
@@ -156,7 +156,7 @@ def test_conv2d_cpu_batches_bound_its_buffers(monkeypatch, layout):
     assert sum(n for n, _ in seen) == 7 and len(seen) >= 2
     assert all(nbytes <= budget for _, nbytes in seen)
     seen.clear()
-    one_by_one = megawino.conv2d_cpu(x, w, layout=layout, memory_budget=1)   # under one image
+    one_by_one = megawino.conv2d_cpu(x, w, layout=layout, memory_budget=one_image)
     assert [n for n, _ in seen] == [1] * 7
     seen.clear()
     whole = megawino.conv2d_cpu(x, w, layout=layout)

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from ..core.arguments import check_float32
 from . import workspace
 from .nvrtc import cupy_module
 
@@ -58,8 +59,7 @@ def check_array(cupy, name: str, arr, shape, device: int) -> None:
         raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
     if tuple(arr.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
-    if arr.dtype != np.float32:
-        raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
+    check_float32(name, arr)
     if arr.device.id != device:
         raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
 
