@@ -116,13 +116,14 @@ def _cpu_time_ms(fn, max_runs: int = CPU_MAX_RUNS, budget_s: float = CPU_BUDGET_
 def layer_peak_bytes(spec: LayerSpec) -> int:
     """Estimated peak memory of one CPU sweep layer: x, w and y (twice each for NHWC, which
     is converted), plus the larger of the executor's batch buffers and the reference's batch."""
-    from ..cpu.executor import _batch_layout, buffer_bytes, images_per_batch
+    from ..cpu.executor import DEFAULT_MEMORY_BUDGET, _batch_layout, buffer_bytes, images_per_batch
     copies = 1 if spec.layout == "NCHW" else 2
     arrays = 4 * (copies * (math.prod(spec.input_shape) + math.prod(spec.output_shape))
                   + math.prod(spec.weight_shape))
     if spec.winograd_eligible:
         images = images_per_batch(spec)
-        work = buffer_bytes(_batch_layout(spec, images, None, 4))
+        # an image whose buffers are more than the budget runs in bands within it
+        work = min(buffer_bytes(_batch_layout(spec, images, None, 4)), DEFAULT_MEMORY_BUDGET)
     else:
         work = 0
     reference = 8 * _reference_images(spec, np.float64) * (
