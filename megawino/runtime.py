@@ -40,6 +40,7 @@ __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "cho
 ALGOS = KERNEL_KINDS + ("direct", "pointwise")
 LAYOUTS = ("NCHW", "NHWC")
 ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
+PLAN_CACHE_MAX = 1 << 20          # plans: far more shapes than any network has
 
 
 def gpu_name_key() -> str:
@@ -123,7 +124,7 @@ class _PlanCache:
 
 
 def _plan_cache_limit() -> int:
-    return env_number(ENV_PLAN_CACHE, 512, int, 1)
+    return env_number(ENV_PLAN_CACHE, 512, int, 1, PLAN_CACHE_MAX)
 
 
 PLANS = _PlanCache()

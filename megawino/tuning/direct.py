@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 
 from .. import direct   # through the package, as callers see it (megawino.direct.<name>)
 from ..core.spec import LayerSpec
+from ..core.json_files import read_json
 from ..core.user_files import check_writable, write_text_atomically
 from ..direct.config import DirectConfig, parse_direct_table
 
@@ -94,7 +95,7 @@ def _entries_for_update(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, "JSON direct-config table")
         parse_direct_table(data, path)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         reason = str(err).removeprefix(f"{path}: ")
