@@ -190,13 +190,15 @@ def probe_seconds(spec: LayerSpec) -> float:
 
 def estimate_cpu(specs) -> CpuEstimate:
     """Peak memory (from the sizes) and time (from :func:`probe_seconds` of each distinct
-    layer; not timed below QUICK_FLOPS, nor when the memory cannot fit) of a CPU sweep."""
+    layer; not timed below QUICK_FLOPS, nor when the memory is over CONFIRM_BYTES) of a CPU sweep."""
     specs = list(specs)
     peak = max((layer_peak_bytes(s) for s in specs), default=0)
     ram = physical_memory_bytes()
     if ram is not None and peak > ram:
         return CpuEstimate(math.inf, peak)
-    if sum(s.direct_flops for s in specs) < QUICK_FLOPS:
+    # Too much memory is reason enough to ask first: no layer is timed (that would take long
+    # on exactly the sweeps that are refused).
+    if sum(s.direct_flops for s in specs) < QUICK_FLOPS or peak > CONFIRM_BYTES:
         return CpuEstimate(None, peak)
     probe_seconds(LayerSpec(1, 8, 8, 8, 8))      # warm-up: first-use costs stay out of the estimate
     seconds: dict = {}
