@@ -125,3 +125,32 @@ def test_what_cannot_fit_is_refused_before_allocating():
     tracemalloc.stop()
     assert peak < 4 * MiB
 
+
+
+@pytest.mark.parametrize("entry", ["conv2d", "conv2d_cpu", "torch"])
+def test_every_cpu_entry_point_keeps_the_budget(monkeypatch, entry):
+    """megawino.conv2d on NumPy arrays and megawino.torch with backend="cpu" run conv2d_cpu
+    with its default budget: an image over it runs in bands that each fit."""
+    spec = LayerSpec(1, 3, 4, 40, 36)
+    budget = executor.band_bytes(spec, 8)
+    monkeypatch.setattr(executor, "DEFAULT_MEMORY_BUDGET", budget)
+    assert executor.buffer_bytes(executor._batch_layout(spec, 1, None, 4)) > budget
+    seen = []
+    real = executor.execute
+
+    def spy(graph, order, xb, wb):
+        seen.append(4 * xb.size + executor.buffer_bytes(graph.layout))
+        return real(graph, order, xb, wb)
+
+    monkeypatch.setattr(executor, "execute", spy)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(spec.input_shape, dtype=np.float32)
+    w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
+    if entry == "torch":
+        torch = pytest.importorskip("torch")
+        import megawino.torch as mwt
+        y = mwt.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, backend="cpu").numpy()
+    else:
+        y = getattr(megawino, entry)(x, w, padding=1)
+    assert len(seen) >= 2 and max(seen) <= budget
+    assert 0 < rel_l2(y.astype(np.float64), direct_conv_nchw(x.astype(np.float64), w.astype(np.float64), 1, 1)) < 1e-5

@@ -199,11 +199,12 @@ def run_in_batches(spec: LayerSpec, x: np.ndarray, w: np.ndarray, params: TaskPa
 
 def conv2d_cpu(x: np.ndarray, w: np.ndarray, padding: int = 1, stride: int = 1, layout: str = "NCHW",
                m: int = 4, params: TaskParams | None = None, order=None,
-               memory_budget: int = DEFAULT_MEMORY_BUDGET) -> np.ndarray:
+               memory_budget: int | None = None) -> np.ndarray:
     """Winograd F(m x m, 3x3) convolution on the CPU through the task list: the reference path
     (float32 NumPy arrays; x NCHW or NHWC, w KCRS with R = S = 3, stride 1).
 
-    Its buffers stay within ``memory_budget`` bytes (besides x, w and the result): it works one
+    Its buffers stay within ``memory_budget`` bytes (default DEFAULT_MEMORY_BUDGET, 1 GiB; besides
+    x, w and the result): it works one
     batch of images at a time, and a large image in bands of output rows; a layer that cannot
     fit (or an explicit ticket ``order``, which runs the whole layer's graph as one) is refused
     with a ValueError stating the size and the budget, before anything is allocated."""
@@ -215,7 +216,8 @@ def conv2d_cpu(x: np.ndarray, w: np.ndarray, padding: int = 1, stride: int = 1, 
                          "(megawino.sweep.direct_conv_float32 is the CPU path for other strides)")
     padding = integer_argument("padding", padding, 0)
     m = integer_argument("m", m, 2)
-    memory_budget = integer_argument("memory_budget", memory_budget, 1)
+    memory_budget = integer_argument("memory_budget", DEFAULT_MEMORY_BUDGET if memory_budget is None
+                                     else memory_budget, 1)
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"x and w must be 4-D, got x{tuple(x.shape)} and w{tuple(w.shape)}")
