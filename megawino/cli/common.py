@@ -1,7 +1,6 @@
 """Shared by the commands: layer resolution, number formatting, the error line."""
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
 import os
@@ -12,41 +11,16 @@ import tempfile
 from rich.console import Console
 from rich.text import Text
 
+# the commands' argument types, defined with the one input rule
+from ..core.arguments import non_negative_int, positive_float, positive_int  # noqa: F401
+
 DEFAULT_LAYER_BATCH = 64      # layer names resolve at the paper's evaluation batch size
 PROG = "megawino"
 
 
 # ---------------------------------------------------------------------------
-# Argument types: argparse refuses bad numbers with its own one-line error
+# Argument types (megawino.core.arguments): argparse refuses bad numbers with its own one-line error
 # ---------------------------------------------------------------------------
-
-def _integer(text: str, low: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    return _integer(text, 1, "a positive integer")
-
-
-def non_negative_int(text: str) -> int:
-    return _integer(text, 0, "a non-negative integer")
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
 
 def add_network_arguments(p, batch_default: int | None, batch_help: str) -> None:
     """NETWORK, --batch and --resolution, as the network commands take them."""

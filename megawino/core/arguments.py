@@ -8,6 +8,9 @@ result is always computed from exactly the values the caller passed.
 """
 from __future__ import annotations
 
+import argparse
+import math
+
 import numpy as np
 
 
@@ -26,3 +29,33 @@ def check_float32(name: str, arr) -> None:
     if dtype is None or np.dtype(dtype) != np.float32:
         raise ValueError(f"{name} has dtype {dtype}, only float32 is supported (no silent cast: "
                          f"convert it with .astype(numpy.float32) where that is what you mean)")
+
+
+# Command-line types (argparse): the same numbers, refused with argparse's one-line error.
+
+def _integer(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _integer(text, 0, "a non-negative integer")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value

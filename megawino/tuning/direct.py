@@ -206,7 +206,7 @@ def layers_for(network: str | None = None, suite: str | None = None, batch: int 
 def main(argv=None) -> int:
     """The command line; exit 0 with a table written, 1 when nothing could be measured (no file
     written), 2 for bad arguments or an output that cannot be written (one line on stderr)."""
-    from ..cli.common import positive_float, positive_int
+    from ..core.arguments import positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="python -m megawino.tuning.direct",
                                      description="tune the direct-convolution configs on this GPU")
