@@ -74,7 +74,7 @@ def test_a_bool_is_not_a_number(field):
         data["layers"]["n1c64k64h56w56"] = data["layers"].pop(KEY)
     else:
         data = _table(lambda e: e.update({field: True}))
-    with pytest.raises(ValueError, match=rf"'{field}' must be a (finite )?JSON (number|integer).*got True"):
+    with pytest.raises(ValueError, match=rf"'{field}' must be a JSON (number|integer), got True"):
         tuning.validate_table(data, "x.json")
 
 

@@ -116,15 +116,10 @@ JSON_INT_MAX = 2**31 - 1
 
 
 def json_value_ok(value, kind) -> bool:
-    """Whether ``value`` (parsed JSON) is of schema type ``kind``: a bool is no number, a number
-    is finite, an integer fits int32."""
+    """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
     if kind in (int, float) and isinstance(value, bool):
         return False
-    if not isinstance(value, (int, float) if kind is float else kind):
-        return False
-    if kind is float:
-        return math.isfinite(value)
-    return kind is not int or abs(value) <= JSON_INT_MAX
+    return isinstance(value, (int, float) if kind is float else kind)
 
 
 def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
@@ -141,10 +136,14 @@ def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
         raise ValueError(f"{what}: missing {missing[0]!r}")
     for key, value in obj.items():
         kind = fields[key]
-        if kind is not None and not (value is None and key in nullable) and not json_value_ok(value, kind):
+        if kind is None or (value is None and key in nullable):
+            continue
+        if not json_value_ok(value, kind):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r:.40}")
+        # and one the runtime can use: a finite number, an integer within int32
+        if not (math.isfinite(value) if kind is float else kind is not int or abs(value) <= JSON_INT_MAX):
             raise ValueError(f"{what}: {key!r} must be a {'finite ' if kind is float else ''}JSON "
-                             f"{JSON_TYPE_NAMES[kind]}{' within int32' if kind is int else ''}, "
-                             f"got {value!r:.40}")
+                             f"{JSON_TYPE_NAMES[kind]}{' within int32' if kind is int else ''}, got {value!r:.40}")
 
 
 def mapping_from_entry(obj: dict) -> MappingParams:
