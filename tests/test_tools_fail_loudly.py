@@ -111,3 +111,12 @@ def test_mapping_tuner_unwritable_out_refused_before_measuring(tmp_path, monkeyp
     blocker.write_text("x")
     with pytest.raises(ValueError, match="cannot write"):
         search.tune([LayerSpec(2, 16, 16, 12, 12)], out_path=blocker / "h100.json", budget_s=60)
+
+
+def test_tables_written_through_a_symlink(tmp_path):
+    target = tmp_path / "tables" / "direct.json"
+    target.parent.mkdir()
+    link = tmp_path / "direct.json"
+    link.symlink_to(target)
+    user_files.write_text_atomically(link, "{}\n")
+    assert link.is_symlink() and target.read_text() == "{}\n"

@@ -59,8 +59,9 @@ def check_writable(path) -> pathlib.Path:
 
 def write_text_atomically(path, text: str) -> pathlib.Path:
     """Write ``text`` to ``path`` through a temporary file in the same directory and
-    ``os.replace``: readers see the old file or the new one, never a truncated one."""
-    path = pathlib.Path(path)
+    ``os.replace``: readers see the old file or the new one, never a truncated one.  A symlink
+    is written through to its final target (the link itself is kept)."""
+    path = pathlib.Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
