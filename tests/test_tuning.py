@@ -351,9 +351,10 @@ def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
     assert tuning.choose(b, "h100-bf16x3", fallback="h100") == (p_gpu, MappingParams(2, 2, 1), "tuned for h100")
     assert tuning.choose(c, "h100-bf16x3", fallback="h100")[1:] == (MappingParams(3, 3, 1), "nearest")
     # A ring's slot count is for its own shape's order: a borrowed entry drops it.
-    ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=3), MappingParams(4, 4, 1))
+    # (4 slots: the fewest this order allows; the schema refuses fewer)
+    ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=4), MappingParams(4, 4, 1))
     (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(ringed))
-    assert tuning.choose(a, "h100-bf16x3")[0].buffer_groups == 3
+    assert tuning.choose(a, "h100-bf16x3")[0].buffer_groups == 4
     assert tuning.choose(c, "h100-bf16x3")[0].buffer_groups is None
     assert tuning.choose(a, "h100", fallback="h100")[2] == "tuned"
 

@@ -31,7 +31,7 @@ from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
 from ..core.task_graph import TaskGraph
 from ..core.tasks import Layout, TaskParams, TaskType, channel_stride
-from .call_checks import default_timeout_s, prepare_call, require_gpu
+from .call_checks import check_timeout_s, default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError, workspace_needs_ring
 
 
@@ -68,9 +68,7 @@ class Plan:
             raise ValueError(f"algo must be one of {KERNEL_KINDS}, got {algo!r}")
         if timeout_s is None:
             timeout_s = default_timeout_s()
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-                or not (timeout_s > 0 and np.isfinite(timeout_s)):
-            raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
+        timeout_s = check_timeout_s(timeout_s)
         if not isinstance(trace, bool):
             raise ValueError(f"trace must be True or False, got {trace!r}")
         if trace and algo != "megakernel":

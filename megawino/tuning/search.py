@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from . import table as tuning
+from ..core import user_files
 from ..schedule.mapping import build_interleaved, sequential_equivalent
 from ..schedule.simulator import CostModel, simulate
 from ..core.spec import LayerSpec
@@ -255,6 +256,7 @@ def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int 
     key = tuning.table_key(gpu, gemm_math or DEFAULT_GEMM_MATH)
     path = pathlib.Path(out_path) if out_path else tuning.user_table_path(key)
     table = tuning.table_for_update(path)
+    user_files.check_writable(path)      # before any layer is measured, not after the first
     table.update(gpu=name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
                  .isoformat(timespec="seconds"), method=__doc__.split("\n\n", 1)[1].strip())
     deadline = time.perf_counter() + budget_s

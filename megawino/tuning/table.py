@@ -30,11 +30,12 @@ import os
 import pathlib
 import re
 
-from ..core import user_files
-from ..schedule.mapping import MappingParams
+from ..core import json_files, user_files
+from ..schedule.mapping import MappingParams, build_interleaved, ring_buffer_groups
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
-from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
+from ..core.task_sizes import (DEFAULT_WORKERS, build_graph, check_size, default_params, transform_chunk,
+                               transform_split)
 from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_TILES, K_ALIGN,
                           LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS, Layout, TaskParams, channel_stride,
                           gemm_output_fits, round_up)
@@ -110,6 +111,10 @@ JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number"
                    bool: "boolean"}
 
 
+# Integers in a table are sizes, counts and ticket distances the kernels hold in int32.
+JSON_INT_MAX = 2**31 - 1
+
+
 def json_value_ok(value, kind) -> bool:
     """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
     if kind in (int, float) and isinstance(value, bool):
@@ -131,8 +136,14 @@ def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
         raise ValueError(f"{what}: missing {missing[0]!r}")
     for key, value in obj.items():
         kind = fields[key]
-        if kind is not None and not (value is None and key in nullable) and not json_value_ok(value, kind):
-            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r}")
+        if kind is None or (value is None and key in nullable):
+            continue
+        if not json_value_ok(value, kind):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r:.40}")
+        # and one the runtime can use: a finite number, an integer within int32
+        if not (math.isfinite(value) if kind is float else kind is not int or abs(value) <= JSON_INT_MAX):
+            raise ValueError(f"{what}: {key!r} must be a {'finite ' if kind is float else ''}JSON "
+                             f"{JSON_TYPE_NAMES[kind]}{' within int32' if kind is int else ''}, got {value!r:.40}")
 
 
 def mapping_from_entry(obj: dict) -> MappingParams:
@@ -160,9 +171,23 @@ def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams
         params = TaskParams(**entry["params"])
         mapping = mapping_from_entry(entry["mapping"])
         check_size(spec, params)
+        check_ring(spec, params, mapping)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     return spec, params, mapping
+
+
+def check_ring(spec: LayerSpec, params: TaskParams, mapping: MappingParams) -> None:
+    """ValueError unless ``params.buffer_groups`` (when set) holds at least the ring the entry's
+    own ticket order allows (:func:`megawino.schedule.mapping.ring_buffer_groups`): a smaller ring
+    would make a child wait for a slot its own parent still holds."""
+    if params.buffer_groups is None:
+        return
+    whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
+    fewest = ring_buffer_groups(whole, build_interleaved(whole, mapping).order)
+    if params.buffer_groups < fewest:
+        raise ValueError(f"params.buffer_groups={params.buffer_groups} is a smaller ring than the entry's "
+                         f"ticket order allows (at least {fewest} of {whole.layout.num_groups} groups)")
 
 
 def validate_table(data, source) -> dict:
@@ -180,13 +205,7 @@ def validate_table(data, source) -> dict:
 def read_table(path) -> dict:
     """The validated table at ``path`` (JSON errors and schema errors name the file)."""
     path = pathlib.Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not a JSON mapping table ({err})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a JSON mapping table (not UTF-8 text)") from None
-    return validate_table(data, path)
+    return validate_table(json_files.read_json(path, "JSON mapping table"), path)
 
 
 @functools.lru_cache(maxsize=8)
