@@ -43,7 +43,7 @@ ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
 
 def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    from .tuning.table import current_gpu_key
+    from .gpu.identity import current_gpu_key
     return current_gpu_key()
 
 

@@ -23,7 +23,7 @@ def test_heuristic_without_table(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "mapping_dir", lambda: tmp_path)
     spec = LayerSpec(64, 64, 64, 56, 56)
     params, mp, source = tuning.choose(spec, "h100")
-    assert source == "heuristic"
+    assert source.kind == "heuristic" and source.table is None
     assert mp.dig == tuning.DEFAULT_WORKERS and mp.groups_per_column == 4
     build_interleaved(build_graph(spec, params), mp)   # valid
 
@@ -40,12 +40,15 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     path.write_text(json.dumps(table))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
     params, mp, source = tuning.choose(spec, "h100")
-    assert (params, mp, source) == (tuned, MappingParams(32, 96, 2), "tuned")
+    assert (params, mp, source.kind, source.table) == (tuned, MappingParams(32, 96, 2), "tuned", str(path))
     # a layout change or a name does not change the shape key
-    assert tuning.choose(spec.with_(layout="NHWC", name="a"), "h100")[2] == "tuned"
-    # another shape borrows the nearest entry; the GEMM width is clamped to its K
-    params, mp, source = tuning.choose(LayerSpec(8, 64, 24, 30, 30), "h100")
-    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.groups_per_column == 2
+    assert tuning.choose(spec.with_(layout="NHWC", name="a"), "h100")[2].kind == "tuned"
+    # a near shape (same C, K and padding, a tile count within NEAR_TILES_RATIO) borrows the entry
+    params, mp, source = tuning.choose(LayerSpec(64, 64, 64, 40, 40), "h100")
+    assert (source.kind, source.shape) == ("nearest", spec.shape_string) and mp.groups_per_column == 2
+    # other channel counts, paddings or a tile count too far off are not near: the heuristic
+    for far in (LayerSpec(8, 64, 24, 30, 30), LayerSpec(64, 64, 64, 56, 56, padding=0), LayerSpec(8, 64, 64, 28, 28)):
+        assert tuning.choose(far, "h100")[2].kind == "heuristic"
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "missing.json"))
     with pytest.raises(FileNotFoundError):
         tuning.choose(spec, "h100")
@@ -325,8 +328,9 @@ def test_lookup_order_override_then_user_then_shipped(tmp_path, monkeypatch):
     env = tmp_path / "env.json"
     env.write_text(json.dumps(_one_entry_table(a, p_env, MappingParams(4, 4, 1))))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(env))
-    assert tuning.choose(a, "h100")[:3] == (p_env, MappingParams(4, 4, 1), "tuned")
-    assert tuning.choose(b, "h100")[2] == "nearest"
+    assert tuning.choose(a, "h100")[:2] == (p_env, MappingParams(4, 4, 1))
+    assert tuning.choose(a, "h100")[2].as_dict() == {"kind": "tuned", "table": str(env), "shape": a.shape_string}
+    assert tuning.choose(b, "h100")[2].kind == "heuristic"     # b is not near a
     # a broken user table is an error naming it, not a silent fallback
     monkeypatch.delenv(tuning.ENV_OVERRIDE)
     tuning.user_table_path("h100").write_text('{"layers": {"x": 1}}')
@@ -341,21 +345,26 @@ def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
     shipped_dir.mkdir()
     monkeypatch.setattr(tuning, "mapping_dir", lambda: shipped_dir)
     assert [tuning.table_key("h100", g) for g in ("3xtf32", "ffma", "bf16x3")] == ["h100", "h100", "h100-bf16x3"]
-    a, b, c = LayerSpec(64, 64, 64, 56, 56), LayerSpec(8, 32, 64, 28, 28), LayerSpec(8, 512, 512, 7, 7)
+    a, b, c = LayerSpec(64, 64, 64, 56, 56), LayerSpec(8, 32, 64, 28, 28), LayerSpec(64, 64, 64, 40, 40)
     p_gpu, p_bf16 = TaskParams(tiles_per_group=64), TaskParams(tiles_per_group=128)
     gpu = _one_entry_table(a, p_gpu, MappingParams(1, 1, 1))
     tuning.write_entry(gpu, b, p_gpu, MappingParams(2, 2, 1))
     (shipped_dir / "h100.json").write_text(json.dumps(gpu))
     (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(_one_entry_table(a, p_bf16, MappingParams(3, 3, 1))))
-    assert tuning.choose(a, "h100-bf16x3", fallback="h100") == (p_bf16, MappingParams(3, 3, 1), "tuned")
-    assert tuning.choose(b, "h100-bf16x3", fallback="h100") == (p_gpu, MappingParams(2, 2, 1), "tuned for h100")
-    assert tuning.choose(c, "h100-bf16x3", fallback="h100")[1:] == (MappingParams(3, 3, 1), "nearest")
+    params, mapping, source = tuning.choose(a, "h100-bf16x3", fallback="h100")
+    assert (params, mapping, source.kind, source.table) == (p_bf16, MappingParams(3, 3, 1), "tuned",
+                                                            str(shipped_dir / "h100-bf16x3.json"))
+    params, mapping, source = tuning.choose(b, "h100-bf16x3", fallback="h100")
+    assert (params, mapping, source.kind, source.table) == (p_gpu, MappingParams(2, 2, 1), "tuned",
+                                                            str(shipped_dir / "h100.json"))
+    mapping, source = tuning.choose(c, "h100-bf16x3", fallback="h100")[1:]
+    assert (mapping, source.kind) == (MappingParams(3, 3, 1), "nearest")
     # A ring's slot count is for its own shape's order: a borrowed entry drops it.
     ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=3), MappingParams(4, 4, 1))
     (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(ringed))
     assert tuning.choose(a, "h100-bf16x3")[0].buffer_groups == 3
     assert tuning.choose(c, "h100-bf16x3")[0].buffer_groups is None
-    assert tuning.choose(a, "h100", fallback="h100")[2] == "tuned"
+    assert tuning.choose(a, "h100", fallback="h100")[2].kind == "tuned"
 
 
 def test_tune_gemm_math_writes_its_own_table(fake_tuner, monkeypatch):
@@ -381,7 +390,9 @@ def _fake_tune_layer(runtime, spec, **kw):
 def fake_tuner(monkeypatch):
     from megawino.tuning import search as tune
     monkeypatch.setattr(tune, "tune_layer", _fake_tune_layer)
-    monkeypatch.setattr(tuning, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    from megawino.gpu import identity
+    monkeypatch.setattr(identity, "current_identity",
+                        lambda: identity.identity_of("NVIDIA H100 80GB HBM3", "90", sms=132))
     return tune
 
 
