@@ -14,9 +14,9 @@ ceilings (DRAM bandwidth, SM count, GEMM rate) the simulator's cost model starts
   derived from the device's attributes.
 
 Whether the GEMM runs on warpgroup MMAs (wgmma) or mma.sync is a property of the compute
-capability, not of the name: :data:`megawino.gpu.nvrtc.ARCH_SPECIFIC_TARGETS` lists the
-capabilities built for an architecture-specific target (sm_90a: wgmma); every other capability
-compiles the mma.sync GEMM.
+capability, not of the name: :data:`ARCH_SPECIFIC_TARGETS` lists the capabilities the kernels
+are built for with an architecture-specific target (megawino.gpu.nvrtc.arch_options; sm_90a:
+wgmma); every other capability compiles the mma.sync GEMM (cuda/params.cuh MW_GEMM_WGMMA).
 
 Nothing here touches CUDA at import time.
 """
@@ -27,7 +27,10 @@ import math
 import re
 
 from ..core.ceilings import MEASURED_CEILINGS, Ceilings
-from .nvrtc import ARCH_SPECIFIC_TARGETS
+
+# Compute capabilities whose architecture-specific target the kernels are built for: sm_90a has
+# the warpgroup MMAs (wgmma) the GEMM uses there (sm_100's tensor cores take other instructions).
+ARCH_SPECIFIC_TARGETS = {"90": "sm_90a"}
 
 # Known GPUs: key -> (compute capability, nominal DRAM bytes/s from the vendor's data sheet).
 # The bandwidth orders a family's tables (nearest first); the capability names the family of a

@@ -22,8 +22,7 @@ import numpy as np
 
 from ..core import abi, task_types
 from ..tuning import choice as tuning_choice
-from . import identity as gpu_identity
-from . import weights, workspace
+from . import identity as gpu_identity, weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
@@ -106,8 +105,7 @@ class Plan:
             self._kernels[TaskType.GEMM_OUTPUT].reserve_gemm_output()
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
-        # Parameters: given, else the tables of this GPU and its architecture, else the heuristic
-        # (megawino.tuning.choice); ``choice`` says which.
+        # Parameters: given, else this GPU's or its architecture's tables, else the heuristic.
         self.choice = tuning_choice.GIVEN
         fused_ok = gemm_output_tasks_allowed(self.gemm_math) and not ring_buffers   # GEMM_OUTPUT tasks may run
         if params is None or mapping is None:

@@ -25,7 +25,6 @@ from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
 from ..core.task_sizes import DEFAULT_WORKERS, check_size
 from ..core.tasks import Layout, TaskParams
-from ..gpu.identity import current_gpu_key, device_name, gpu_key  # noqa: F401  (the tables' keys)
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
 
@@ -215,16 +214,3 @@ def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: Mappi
         "mapping": mapping_to_entry(mapping),
         **measured,
     }
-
-
-# The choice and the search space moved to modules of their own; callers of this module still
-# find them here (read lazily: those modules import this one).
-MOVED = {"choose": ".choice", "entry_params": ".choice", "candidate_space": ".space",
-         "fused_candidates": ".space", "mapping_waves": ".space"}
-
-
-def __getattr__(name):
-    if name in MOVED:
-        import importlib
-        return getattr(importlib.import_module(MOVED[name], __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
