@@ -65,20 +65,26 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
     """Candidates to measure, best predicted first: every task-size option with the
     heuristic mapping (the simulator's roofline cannot see how the GEMM tile's
     efficiency changes with task size, so each option is measured), then the best
-    simulated mappings of the ``top // 2`` most promising task sizes."""
+    simulated mappings of the ``top // 2`` most promising task sizes.  Simulation stops at
+    ``sim_budget_s`` (the task sizes simulated by then are ranked)."""
     by_params: dict = {}
     for params, mp in space.candidate_space(spec, workers=workers, fused_output=fused_output):
         by_params.setdefault(params, []).append(mp)
-    graphs = {p: build_graph(spec, p) for p in by_params}
+    graphs: dict = {}            # built as the task sizes are simulated
     deadline = time.perf_counter() + sim_budget_s
 
     def predict(params, mp) -> float:
         graph = graphs[params]
         return simulate(graph, build_interleaved(graph, mp).order, workers, model).makespan
 
-    heuristic = {p: tuning.default_mapping_params(graphs[p].layout, workers) for p in by_params}
-    base = sorted(({"params": p, "mapping": heuristic[p], "predicted_us": predict(p, heuristic[p])}
-                   for p in by_params), key=lambda r: r["predicted_us"])
+    base = []
+    for p in by_params:
+        if base and time.perf_counter() > deadline:
+            break
+        graph = graphs[p] = build_graph(spec, p)
+        heuristic = tuning.default_mapping_params(graph.layout, workers)
+        base.append({"params": p, "mapping": heuristic, "predicted_us": predict(p, heuristic)})
+    base.sort(key=lambda r: r["predicted_us"])
     extra = []
     for cand in base[:max(1, top // 2)]:
         sims = []
