@@ -106,7 +106,7 @@ def test_minimum_estimate_grows_with_the_layer_and_its_seeds():
 
 
 def test_tune_skips_layers_that_do_not_fit_and_writes_none_of_them(monkeypatch, tmp_path):
-    monkeypatch.setattr(identity, "current_identity", lambda: identity.identity_of("NVIDIA H200", "90", sms=132))
+    monkeypatch.setattr(identity, "current_identity", lambda: identity.identity_of("NVIDIA H800", "90", sms=132))
     monkeypatch.setattr(budget, "minimum_s", lambda spec, seeds, ceilings, reps: (spec.N * 1.0, 0.1))
     ran = []
 
@@ -123,7 +123,7 @@ def test_tune_skips_layers_that_do_not_fit_and_writes_none_of_them(monkeypatch, 
     assert [s.name for s in table["skipped"]] == ["resnet50.conv2_x"]
     assert set(tuning.read_table(tmp_path / "t.json")["layers"]) == {small.shape_string}
     assert ran == [("small", None, [])]
-    # with time for both: the H200 (no table of its own) confirms against the H100 table's entry
+    # with time for both: the H800 (no table of its own) confirms against the H100 table's entry
     ran.clear()
     search.tune([shipped], out_path=tmp_path / "t.json", budget_s=100)
     name, incumbent, labels = ran[0]
