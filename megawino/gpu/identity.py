@@ -23,6 +23,7 @@ Nothing here touches CUDA at import time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -122,7 +123,14 @@ def current_identity() -> GpuIdentity:
     if not name:
         return DEFAULT_TARGET
     import cupy
-    device = cupy.cuda.Device()
+    return _device_identity(cupy.cuda.Device().id, name)
+
+
+@functools.lru_cache(maxsize=16)
+def _device_identity(device_id: int, name: str) -> GpuIdentity:
+    """The identity of device ``device_id`` (read once: every plan asks)."""
+    import cupy
+    device = cupy.cuda.Device(device_id)
     attrs = device.attributes
     # Memory clock (kHz) x 2 transfers per clock x bus width (bits) / 8.
     nominal = 2.0 * attrs.get("MemoryClockRate", 0) * 1e3 * attrs.get("GlobalMemoryBusWidth", 0) / 8

@@ -243,7 +243,7 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         measured.add(config)
         try:
             t = measure_us(runtime, spec, *config, xs, w, reps)
-        except ValueError:      # a seed of another GPU or arithmetic this plan cannot take
+        except (ValueError, MemoryError):   # a seed this plan cannot take (limits, memory)
             return
         tried += 1
         if t < best["time_us"]:
