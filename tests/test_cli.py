@@ -306,6 +306,24 @@ def test_info():
     assert np.__version__ in text
 
 
+def test_info_names_the_gpus_tables_or_the_tune_command(monkeypatch):
+    """On a GPU megawino has a table for, info names it; on one it has never been measured on
+    (an sm_80 GPU here), it says every layer takes the heuristic and how to tune it."""
+    from megawino.gpu import identity
+    monkeypatch.setattr(sweep, "gpu_status", lambda: (object(), ""))
+    monkeypatch.setattr(sweep, "machine_info", lambda what: {"gpu": "test GPU"})
+    monkeypatch.setattr(identity, "current_identity", lambda: identity.identity_of("NVIDIA H200", "90", sms=132))
+    squeeze = lambda text: "".join(text.split())   # noqa: E731  (rich wraps long paths anywhere)
+    code, text = run(["info"])
+    flat = squeeze(text)
+    assert code == 0 and squeeze("NVIDIA H200 (key h200, sm_90, GEMM on wgmma)") in flat
+    assert squeeze("h200.json (tuned for this GPU, 18 layers); then") in flat and "4.27TB/s" in flat
+    monkeypatch.setattr(identity, "current_identity", lambda: identity.identity_of("NVIDIA A100-SXM4-80GB", "80"))
+    flat = squeeze(run(["info"])[1])
+    assert "GEMMonmma.sync" in flat and squeeze("none: megawino has not been measured on this GPU (a100, sm_80)") in flat
+    assert squeeze("Tune it: megawino tune suite --gemm-math bf16x3") in flat
+
+
 def test_info_shows_cuda_defines(monkeypatch):
     monkeypatch.setenv("MEGAWINO_CUDA_DEFINES", "-DMW_GEMM_TF32X3=0")
     code, text = run(["info"])
