@@ -298,7 +298,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 def results_path(name: str, suffix: str = ".json") -> Path:
     """``bench/results/<gpu>/<name><suffix>``: each tool keeps only its latest run per GPU
     (older runs are in git history); ``cpu`` names the folder on a machine without a GPU."""
-    from megawino.tuning.table import device_name, gpu_key
+    from megawino.gpu.identity import device_name, gpu_key
     device = device_name()
     return RESULTS_DIR / (gpu_key(device) if device else "cpu") / f"{name}{suffix}"
 

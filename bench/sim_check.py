@@ -33,7 +33,9 @@ from megawino.schedule.simulator import simulate  # noqa: E402
 from megawino.core.spec import parse_shape  # noqa: E402
 from megawino.core.task_sizes import build_graph  # noqa: E402
 from megawino.core.tasks import TaskParams  # noqa: E402
-from megawino.tuning import table as tuning  # noqa: E402
+from megawino.gpu import identity  # noqa: E402
+from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH  # noqa: E402
+from megawino.tuning import choice  # noqa: E402
 from megawino.core.task_sizes import default_params  # noqa: E402
 from megawino.tuning.search import calibrate_on_traces  # noqa: E402
 
@@ -54,10 +56,10 @@ def load_choice(path: Path):
 
 def choices(spec):
     """(name, TaskParams, mapping) of the three mapping choices recorded per layer."""
-    heur_params, heur_map, _ = tuning.choose(spec, key=None)
-    tuned_params, tuned_map, source = tuning.choose(spec, key=tuning.current_gpu_key())
+    heur_params, heur_map, _ = choice.choose(spec, key=None)
+    tuned_params, tuned_map, source = choice.choose_for_gpu(spec, identity.current_identity(), DEFAULT_GEMM_MATH)
     out = [("heuristic", heur_params, heur_map)]
-    if source == "tuned":
+    if source.kind != "heuristic":          # this GPU's table entry, or its architecture's
         out.append(("tuned", tuned_params, tuned_map))
     out.append(("sequential", default_params(spec), "sequential"))
     return out
@@ -87,7 +89,7 @@ def collect(out_dir: Path, layers: str | None, batch: int | None, traces: int, r
                     "params": dataclasses.asdict(traced.graph.layout.params),
                     "mapping": mapping if isinstance(mapping, str) else dataclasses.asdict(mapping),
                     "grid": int(traced.workers), "blocks_per_sm": int(traced.blocks_per_sm),
-                    "gpu": tuning.current_gpu_key(),
+                    "gpu": identity.current_gpu_key(),
                     "untraced_median_us": untraced["median_us"],
                     "untraced_min_us": untraced["min_us"]}
             np.savez_compressed(path, records=np.stack(records), order=np.asarray(traced.order),

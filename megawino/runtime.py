@@ -45,7 +45,7 @@ PLAN_CACHE_MAX = 1 << 20          # plans: far more shapes than any network has
 
 def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    from .tuning.table import current_gpu_key
+    from .gpu.identity import current_gpu_key
     return current_gpu_key()
 
 

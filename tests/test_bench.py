@@ -373,8 +373,8 @@ def test_main_default_out_is_the_gpus_results_folder(tmp_path, monkeypatch, suit
             raise RuntimeError("no CUDA device")
     monkeypatch.setattr(compare, "Bench", Broken)
     monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
-    from megawino.tuning import table
-    monkeypatch.setattr(table, "device_name", lambda: "NVIDIA H200")
+    from megawino.gpu import identity
+    monkeypatch.setattr(identity, "device_name", lambda: "NVIDIA H200")
     assert compare.main(["--quick", "--suite", suite]) == 2
     assert json.loads((tmp_path / "h200" / name).read_text())["complete"] is False
 

@@ -124,10 +124,10 @@ def test_sanitize_lists_its_cases(capsys):
 # ---- results files and the README's tables -----------------------------------------
 
 def test_results_path_is_per_gpu(monkeypatch):
-    from megawino.tuning import table
-    monkeypatch.setattr(table, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    from megawino.gpu import identity
+    monkeypatch.setattr(identity, "device_name", lambda: "NVIDIA H100 80GB HBM3")
     assert common.results_path("models") == BENCH / "results" / "h100" / "models.json"
-    monkeypatch.setattr(table, "device_name", lambda: "")
+    monkeypatch.setattr(identity, "device_name", lambda: "")
     assert common.results_path("sanitize", ".txt") == BENCH / "results" / "cpu" / "sanitize.txt"
 
 

@@ -225,9 +225,9 @@ def test_sizes_past_int32_are_refused_before_any_record_is_built(spec, params, w
 
 
 def test_cli_path_for_a_huge_batch_is_a_value_error():
-    from megawino.tuning import table as tuning
+    from megawino.tuning import choice as tuning_choice
     spec = LayerSpec(1000000000, 64, 64, 56, 56)
-    params, mapping, _ = tuning.choose(spec, "h100")    # pure arithmetic
+    params, mapping, _ = tuning_choice.choose(spec, "h100")    # pure arithmetic
     with pytest.raises(ValueError, match="int32"):
         build_graph(spec, params)
 

@@ -93,7 +93,10 @@ def _timeline(args, out: Console, width: int, export: OutputFile | None) -> int:
     if measured and args.workers is not None:
         raise ValueError("--workers sets the simulated workers; a measured run uses the plan's grid "
                          "(add --simulate)")
-    model = CostModel()
+    from ..gpu import identity
+    # The GPU in use (its measured ceilings, or ones from its attributes), else the default target's.
+    gpu = identity.current_identity() if sweep.gpu_runtime() is not None else identity.DEFAULT_TARGET
+    model = CostModel.for_ceilings(identity.ceilings(gpu))
     if measured:
         timeline = _measured_timeline(spec, graph, mapping, spec.name)
     else:

@@ -22,7 +22,7 @@ from ..core.spec import LayerSpec
 from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
                      flush_terms, resource_ok)
 from ..core.tasks import round_up
-from ..tuning.table import current_gpu_key
+from ..gpu.identity import current_gpu_key
 from .model import heuristic_config
 
 

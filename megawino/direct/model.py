@@ -15,7 +15,7 @@ import math
 
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec
-from ..tuning.table import gpu_key
+from ..gpu.identity import gpu_key
 from .config import (DEFAULT_CONFIG, H100, NHWC_KEY_SUFFIX, DirectConfig, Hardware, candidate_configs,
                      flush_terms, occupancy, parse_direct_table, resource_ok)
 from ..core.tasks import round_up

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from .nvrtc import cupy_module
-from ..tuning.table import device_name as gpu_name
+from .identity import device_name as gpu_name
 from ..core import json_files
 from ..core.user_files import cache_dir, write_text_atomically
 

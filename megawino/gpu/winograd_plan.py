@@ -21,8 +21,8 @@ import weakref
 import numpy as np
 
 from ..core import abi, task_types
-from ..tuning import table as tuning
-from . import weights, workspace
+from ..tuning import choice as tuning_choice
+from . import identity as gpu_identity, weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
@@ -103,13 +103,12 @@ class Plan:
             self._kernels[TaskType.GEMM_OUTPUT].reserve_gemm_output()
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
-        # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
-        self.choice = "given"
+        # Parameters: given, else this GPU's or its architecture's tables, else the heuristic.
+        self.choice = tuning_choice.GIVEN
         fused_ok = gemm_output_tasks_allowed(self.gemm_math) and not ring_buffers   # GEMM_OUTPUT tasks may run
         if params is None or mapping is None:
-            gpu = tuning.current_gpu_key()
-            chosen_params, chosen_mapping, self.choice = tuning.choose(
-                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu, fused_output=fused_ok)
+            chosen_params, chosen_mapping, self.choice = tuning_choice.choose_for_gpu(
+                spec, gpu_identity.current_identity(), self.gemm_math, m, self.workers, fused_output=fused_ok)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
         if params.fused_output and not fused_ok:
@@ -374,7 +373,8 @@ class Plan:
         ring = f", ring of {lay.buffer_groups} of {lay.num_groups} groups" if lay.ring else ""
         ring += ", fused_output" if self.params.fused_output else ""
         return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
-                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}{ring}, device={self.device})")
+                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}{ring}, device={self.device}, "
+                f"parameters: {self.choice.describe()})")
 
 
 def synchronize() -> None:
