@@ -46,7 +46,8 @@ def pytorch_reason(input: torch.Tensor, weight: torch.Tensor, bias, backend: str
     if input.dtype != torch.float32 or weight.dtype != torch.float32 or (
             bias is not None and bias.dtype != torch.float32):
         return "pytorch-dtype"
-    if 0 in input.shape:
+    # Traced, a batch size is not known: the operator's implementation checks it at run time.
+    if not tracing(input) and 0 in input.shape:
         return "pytorch-empty"
     if (device == "cpu") != (backend == "cpu") or device not in ("cpu", "cuda"):
         return "pytorch-device"
