@@ -205,6 +205,15 @@ def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DE
     return row
 
 
+def cudnn_version() -> int | None:
+    """cuDNN's version, None where torch cannot say (a CUDA build of torch without a GPU raises)."""
+    import torch
+    try:
+        return torch.backends.cudnn.version()
+    except Exception:
+        return None
+
+
 def free_runtime_caches() -> None:
     """Drop megawino's plans and prepared weights (their memory is torch's until then)."""
     import megawino
@@ -325,7 +334,7 @@ def main(argv=None) -> int:
     except ImportError:
         torchvision_version = None
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
+              "cudnn": cudnn_version(), "torchvision": torchvision_version,
               "git_commit": git_commit(REPO_ROOT), "argv": sys.argv[1:] if argv is None else list(argv),
               "reps": args.reps, "input_sets": INPUT_SETS, "quick": args.quick,
               "gemm_math": args.gemm_math, "choice_margin": choice_margin(),

@@ -15,7 +15,8 @@ from __future__ import annotations
 try:
     import torch as _torch  # noqa: F401
 except ImportError as err:  # pragma: no cover - depends on the machine
-    raise ImportError("megawino.torch needs PyTorch: pip install 'megawino[torch]'") from err
+    # A missing third-party module (its name given), as Python's own import error says it.
+    raise ModuleNotFoundError("megawino.torch needs PyTorch: pip install 'megawino[torch]'", name="torch") from err
 
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d, weights_changed
 from .modules import ConvertReport, LayerRow, MegawinoConv2d, convert, report, unsupported_reason

@@ -114,7 +114,14 @@ def _layout_tags():
     return ()
 
 
-@torch.library.custom_op("megawino::conv2d", mutates_args=(), tags=_layout_tags())
+def _custom_op(fn):
+    try:
+        return torch.library.custom_op("megawino::conv2d", mutates_args=(), tags=_layout_tags())(fn)
+    except TypeError:       # a torch whose custom_op takes no tags (inductor keeps strides there)
+        return torch.library.custom_op("megawino::conv2d", mutates_args=())(fn)
+
+
+@_custom_op
 def conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
               padding: list[int], layer: int, backend: str, algo: str, gemm_math: str) -> torch.Tensor:
     """megawino's convolution of a 4-D ``input`` (dilation 1, groups 1), bias added; ``layer``:
