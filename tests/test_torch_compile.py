@@ -13,7 +13,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import megawino.torch as mwt  # noqa: E402
-from megawino.torch import ops  # noqa: E402
+from megawino.torch import ops, routing  # noqa: E402
 from torch_support import randn, rel_l2  # noqa: E402
 
 OP = torch.ops.megawino.conv2d.default
@@ -195,7 +195,7 @@ def test_copies_are_layers_of_their_own():
 
 @pytest.fixture
 def fresh_notes(monkeypatch):
-    monkeypatch.setattr(ops, "_noted", set())
+    monkeypatch.setattr(routing, "_noted", set())
 
 
 def _forward_twice(model, x):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
-from .ops import PYTORCH_REASONS, traced_conv2d, tracing
+from .routing import PYTORCH_REASONS, traced_conv2d, tracing
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
            "BACKENDS", "ALGOS", "ALGO_DESCRIPTIONS"]

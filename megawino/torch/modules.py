@@ -17,7 +17,8 @@ from torch import nn
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
 from .gpu import MEGAWINO_ALGOS, current_stream_handle, fast_call
-from .ops import note_pytorch, pytorch_reason, register_layer, traced_conv2d, tracing
+from .ops import register_layer
+from .routing import note_pytorch, pytorch_reason, traced_conv2d, tracing
 from .precision import conv2d_ieee_fp32
 
 # What ran megawino's kernels (the others are PyTorch's convolution, for a reason the report gives).

@@ -1,4 +1,4 @@
-"""The registered operator ``torch.ops.megawino.conv2d`` and the rule for what PyTorch runs.
+"""The registered operator ``torch.ops.megawino.conv2d``.
 
 ``torch.compile``, ``torch.export`` and ``torch.jit.trace`` see a converted layer (and
 :func:`megawino.torch.conv2d`) as this one operator: its fake implementation gives the output's
@@ -8,70 +8,18 @@ tokens and the per-layer choice are read inside the implementation, where the te
 
 Eager calls of a converted layer run the same implementation without the dispatcher, whose host
 time (10-20 us a call) would cost more than a small layer's convolution at batch 1.
-
-:func:`pytorch_reason` is the rule that keeps a converted model accepting every input the
-unconverted one accepts: where megawino does not run (float16 / bfloat16 / float64 tensors,
-``torch.autocast``, an empty batch, a tensor on a device the layer's backend does not run) the
-layer runs ``nn.Conv2d``'s own forward, with one note per reason and process.
 """
 from __future__ import annotations
 
 import itertools
-import warnings
 import weakref
 from typing import Optional
 
 import torch
 
-__all__ = ["conv2d_op", "traced_conv2d", "tracing", "pytorch_reason", "note_pytorch", "register_layer", "PYTORCH_REASONS",
-           "output_shape"]
+from .functional import conv2d_with_algo
 
-# What a converted layer runs instead of megawino, and why (its report's note for the layer).
-PYTORCH_REASONS = {
-    "pytorch-autocast": "nn.Conv2d's convolution under torch.autocast (megawino runs float32 only)",
-    "pytorch-dtype": "nn.Conv2d's convolution in the input's dtype (megawino runs float32 only)",
-    "pytorch-empty": "nn.Conv2d's convolution: the input has no elements",
-    "pytorch-device": "nn.Conv2d's convolution: the layer's backend does not run tensors on this device",
-}
-
-_noted: set = set()
-
-
-def pytorch_reason(input: torch.Tensor, weight: torch.Tensor, bias, backend: str) -> str | None:
-    """The PYTORCH_REASONS key saying why this call of a converted layer runs PyTorch, or None
-    where megawino runs it (autograd aside: :func:`megawino.torch.conv2d` falls back there)."""
-    device = input.device.type
-    if torch.is_autocast_enabled(device):
-        return "pytorch-autocast"
-    if input.dtype != torch.float32 or weight.dtype != torch.float32 or (
-            bias is not None and bias.dtype != torch.float32):
-        return "pytorch-dtype"
-    # Traced, a batch size is not known: the operator's implementation checks it at run time.
-    if not tracing(input) and 0 in input.shape:
-        return "pytorch-empty"
-    if (device == "cpu") != (backend == "cpu") or device not in ("cpu", "cuda"):
-        return "pytorch-device"
-    return None
-
-
-def note_pytorch(reason: str, input: torch.Tensor) -> None:
-    """One warning per reason and process that a converted layer runs PyTorch's convolution."""
-    if reason in _noted or reason == "pytorch-empty" or torch.compiler.is_compiling():
-        return
-    _noted.add(reason)
-    detail = {"pytorch-autocast": f"runs under torch.autocast({input.device.type!r}) (megawino runs float32 only)",
-              "pytorch-dtype": f"got {input.dtype} tensors (megawino runs float32 only)",
-              "pytorch-device": f"got a tensor on {input.device}, which its backend does not run"}[reason]
-    warnings.warn(f"megawino.torch: a converted layer {detail}: it runs nn.Conv2d's own convolution "
-                  f"there, as the unconverted model does", stacklevel=4)
-
-
-def tracing(input: torch.Tensor) -> bool:
-    """Whether this call is being traced (torch.compile, torch.export, torch.jit.trace, or any
-    fake or functional tensor), where the layer must be the registered operator."""
-    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or (isinstance(input, torch.Tensor) and type(input) not in (torch.Tensor, torch.nn.Parameter)))
-
+__all__ = ["conv2d_op", "register_layer", "output_shape"]
 
 # ---------------------------------------------------------------------------
 # Converted layers by id: the operator's integer argument names the layer that called it
@@ -133,7 +81,6 @@ def conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
             and module.weight.shape == weight.shape:
         out = module.megawino_forward(input, weight, bias)
     else:
-        from .functional import conv2d_with_algo
         out = conv2d_with_algo(input, weight, bias, tuple(stride), tuple(padding), backend=backend,
                                algo=algo, gemm_math=gemm_math)[0]
     # The fake implementation's strides, exactly (a size-1 dimension leaves PyTorch's own
@@ -149,15 +96,6 @@ def _conv2d_fake(input, weight, bias, stride, padding, layer, backend, algo, gem
     torch._check(input.dim() == 4 and weight.dim() == 4, lambda: "megawino::conv2d takes 4-D input and weight")
     return torch.empty(output_shape(input.shape, weight.shape, stride, padding), dtype=input.dtype,
                        device=input.device, memory_format=_output_format(input, weight))
-
-
-def traced_conv2d(input, weight, bias, stride, padding, layer: int, backend: str, algo: str,
-                  gemm_math: str) -> torch.Tensor:
-    """The registered operator on a 4-D or 3-D (unbatched) input."""
-    unbatched = input.dim() == 3
-    x = input.unsqueeze(0) if unbatched else input
-    out = torch.ops.megawino.conv2d(x, weight, bias, list(stride), list(padding), layer, backend, algo, gemm_math)
-    return out.squeeze(0) if unbatched else out
 
 
 def _setup_backward(ctx, inputs, output):
