@@ -106,7 +106,7 @@ class MegawinoConv2d(nn.Conv2d):
             # torch.compile / export / jit.trace: the registered operator, which runs
             # megawino_forward at run time.
             weight, bias = self.weight, self.bias
-            if pytorch_reason(input, weight, bias, self.megawino_backend) is not None or (
+            if pytorch_reason(input, weight, bias, self.megawino_backend, traced=True) is not None or (
                     torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
                                                  or (bias is not None and bias.requires_grad))):
                 return self._conv_forward(input, weight, bias)

@@ -26,20 +26,21 @@ PYTORCH_REASONS = {
 _noted: set = set()
 
 
-def pytorch_reason(input: torch.Tensor, weight: torch.Tensor, bias, backend: str) -> str | None:
+def pytorch_reason(input: torch.Tensor, weight: torch.Tensor, bias, backend: str,
+                   traced: bool = False) -> str | None:
     """The PYTORCH_REASONS key saying why this call of a converted layer runs PyTorch, or None
-    where megawino runs it (autograd aside: :func:`megawino.torch.conv2d` falls back there)."""
+    where megawino runs it (autograd aside: :func:`megawino.torch.conv2d` falls back there).
+    ``traced``: a batch size is not known yet (the operator's implementation checks it)."""
     device = input.device.type
     if torch.is_autocast_enabled(device):
         return "pytorch-autocast"
-    if input.dtype != torch.float32 or weight.dtype != torch.float32 or (
-            bias is not None and bias.dtype != torch.float32):
+    f32 = torch.float32
+    if input.dtype is not f32 or weight.dtype is not f32 or (bias is not None and bias.dtype is not f32):
         return "pytorch-dtype"
-    # Traced, a batch size is not known: the operator's implementation checks it at run time.
-    if not tracing(input) and 0 in input.shape:
-        return "pytorch-empty"
-    if (device == "cpu") != (backend == "cpu") or device not in ("cpu", "cuda"):
+    if (device == "cpu") != (backend == "cpu") or (device != "cpu" and device != "cuda"):
         return "pytorch-device"
+    if not traced and 0 in input.shape:
+        return "pytorch-empty"
     return None
 
 
@@ -58,8 +59,10 @@ def note_pytorch(reason: str, input: torch.Tensor) -> None:
 def tracing(input: torch.Tensor) -> bool:
     """Whether this call is being traced (torch.compile, torch.export, torch.jit.trace, or any
     fake or functional tensor), where the layer must be the registered operator."""
-    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or (isinstance(input, torch.Tensor) and type(input) not in (torch.Tensor, torch.nn.Parameter)))
+    cls = type(input)
+    if cls is not torch.Tensor and cls is not torch.nn.Parameter and isinstance(input, torch.Tensor):
+        return True
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
 def traced_conv2d(input, weight, bias, stride, padding, layer: int, backend: str, algo: str,
