@@ -53,6 +53,12 @@ def gpu_folder(device_name: str) -> str:
     return found.group(1) if found else re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
 
 
+def reason_kind(reason: str) -> str:
+    """A left-alone reason without the layer's own values ("groups=32: megawino runs groups=1
+    only ..." -> "megawino runs groups=1 only ..."), so that layers left alone alike count together."""
+    return reason.split(": ", 1)[-1]
+
+
 def _outputs(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -92,8 +98,8 @@ def model_record(name: str, build, batch: int, resolution: int, *, device: str =
         row["replaced"] = len(report.replaced)
         row["on_megawino"] = len(report.on_megawino)
         row["left_alone"] = report.left_alone
-        row["left_alone_reasons"] = dict(collections.Counter(report.left_alone.values()))
-        row["algos"] = dict(collections.Counter(r.algo for r in report.rows if r.replaced))
+        row["left_alone_reasons"] = dict(collections.Counter(map(reason_kind, report.left_alone.values())))
+        row["algos"] = dict(collections.Counter(r.algo or "not run" for r in report.rows if r.replaced))
         stage = "outputs"
         variants = {"pytorch_fp32": (model, "ieee"), "megawino": (converted, "ieee")}
         if cuda:
@@ -175,7 +181,7 @@ def zoo_table(rows: list[dict], title: str):
         if "error" in row:
             table.add_row(row["model"], f"[red]{row['error']}[/]")
             continue
-        reasons = "; ".join(f"{count}: {reason[:60]}" for reason, count in row["left_alone_reasons"].items())
+        reasons = "; ".join(f"{count}x {reason}" for reason, count in row["left_alone_reasons"].items())
         err = row["rel_l2"]
         mark = "" if row["error_within_bar"] else " [red]![/]"
         table.add_row(row["model"], str(row["layers"]), str(row["replaced"]), str(row["on_megawino"]), reasons,

@@ -45,7 +45,7 @@ def test_zoo_record_of_a_small_model():
     assert "error" not in row, row
     assert (row["layers"], row["replaced"], row["on_megawino"]) == (3, 2, 1)
     assert list(row["left_alone"]) == ["depthwise"] and "groups" in row["left_alone"]["depthwise"]
-    assert sum(row["left_alone_reasons"].values()) == 1
+    assert row["left_alone_reasons"] == {"megawino runs groups=1 only (no grouped or depthwise convolution)": 1}
     assert row["algos"] == {"cpu-executor": 1, "pytorch-cpu": 1}
     assert 0 < row["rel_l2"]["megawino"] < 1e-5 and row["rel_l2"]["pytorch_fp32"] < 1e-5
     assert row["top1"] == {"pytorch_fp32": 1.0, "megawino": 1.0}
@@ -53,6 +53,19 @@ def test_zoo_record_of_a_small_model():
     assert not any(key.endswith("_ms") for key in row)          # no timings on the CPU
     line = zoo.progress_line(1, 2, row, 0.5)
     assert "tiny" in line and "2/3 converted" in line
+
+
+def test_zoo_counts_layers_that_never_ran_and_reasons_alike_together():
+    zoo = _bench_module("zoo")
+
+    class Aux(Tiny):          # an auxiliary head that eval mode skips, as Inception's
+        def __init__(self):
+            super().__init__()
+            self.aux = nn.Conv2d(8, 4, 3)
+            self.grouped = nn.Conv2d(8, 8, 3, groups=2)
+    row = zoo.model_record("aux", Aux, 1, 8, device="cpu")
+    assert row["algos"]["not run"] == 1 and row["replaced"] == 3
+    assert list(row["left_alone_reasons"].values()) == [2]
 
 
 def test_zoo_records_a_failure_and_goes_on():
