@@ -64,7 +64,12 @@ def _check_settings(backend: str, algo: str, gemm_math: str) -> None:
 class MegawinoConv2d(nn.Conv2d):
     """An nn.Conv2d whose forward runs :func:`megawino.torch.conv2d` (same parameters and
     ``state_dict`` keys as nn.Conv2d).  ``backend``, ``algo`` and ``gemm_math`` as there;
-    after a forward, ``megawino_algo`` names what ran and ``megawino_input_shape`` the input."""
+    after a forward, ``megawino_algo`` names what ran and ``megawino_input_shape`` the input.
+
+    Traced (torch.compile, torch.export, torch.jit.trace) the layer is the registered operator
+    ``torch.ops.megawino.conv2d``, which finds the layer by ``megawino_id``.  An input megawino
+    does not run (another dtype, torch.autocast, an empty batch, a device the backend does not
+    run) takes nn.Conv2d's own forward, with one note per reason and process."""
 
     def __init__(self, *args, backend: str = "auto", algo: str = "auto",
                  gemm_math: str = DEFAULT_GEMM_MATH, **kwargs):
@@ -91,8 +96,8 @@ class MegawinoConv2d(nn.Conv2d):
             self.__dict__["megawino_id"] = register_layer(self)
 
     def megawino_arguments(self) -> tuple:
-        """The operator's arguments after the tensors and before the layer id: stride and
-        padding as pairs ("same" / "valid" resolved), then backend, algo and gemm_math."""
+        """The operator's arguments besides the tensors and the layer id: stride and padding
+        as pairs ("same" / "valid" resolved), backend, algo and gemm_math."""
         padding = self.padding
         if padding == "valid":
             padding = (0, 0)
