@@ -19,13 +19,12 @@ from __future__ import annotations
 import collections
 import copy
 import json
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from common import free_gpu_memory, git_commit, json_clean, set_fp32_precision, short_error
+from common import free_gpu_memory, git_commit, json_clean, results_path, set_fp32_precision, short_error
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESOLUTIONS = {"inception_v3": 299}     # the input size a model needs, where it is not 224
@@ -44,13 +43,6 @@ def build_torchvision(name: str):
     import torchvision
     kwargs = {"init_weights": True} if name in ("googlenet", "inception_v3") else {}
     return torchvision.models.get_model(name, weights=None, **kwargs)
-
-
-def gpu_folder(device_name: str) -> str:
-    """A results folder for a GPU: the model number of its name ("NVIDIA H200" -> "h200")."""
-    name = device_name.lower().replace("nvidia", "")
-    found = re.search(r"\b([a-z]{1,3}\d{2,4}[a-z]?)\b", name)
-    return found.group(1) if found else re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
 
 
 def reason_kind(reason: str) -> str:
@@ -209,7 +201,7 @@ def run_zoo(args, names=None, build=build_torchvision) -> int:
         console.print(f"[red]unknown model(s) {', '.join(unknown)}; --zoo runs {', '.join(every)}[/]")
         return 2
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    out = Path(args.json) if args.json else BENCH_DIR / "results" / gpu_folder(gpu) / "models-zoo.json"
+    out = Path(args.json) if args.json else results_path("models-zoo")
     rows = []
     for index, name in enumerate(wanted, 1):
         start = time.perf_counter()
