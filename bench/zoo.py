@@ -194,7 +194,13 @@ def run_zoo(args, names=None, build=build_torchvision) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         console.print("[red]bench/models.py --zoo needs a CUDA GPU (--device cpu: a dry run on the CPU executor)[/]")
         return 1
-    every = names if names is not None else zoo_names()
+    if names is None:
+        try:
+            names = zoo_names()
+        except ImportError:
+            console.print("[red]bench/models.py --zoo needs torchvision (pip install torchvision)[/]")
+            return 1
+    every = names
     wanted = args.models if args.models else every
     unknown = [name for name in wanted if name not in every]
     if unknown:
