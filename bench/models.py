@@ -20,7 +20,7 @@ column is the natural comparison for the TF32-grade ``bf16x3``.
 
 Models: torchvision's ResNet-50, VGG-16 and DenseNet-161 (random weights, eval mode) and the
 YOLOv3-style network of bench/darknet.py at 416x416.  One model failing records its error and
-the run goes on.
+the run goes on.  ``--zoo``: every torchvision classification model instead (bench/zoo.py).
 """
 from __future__ import annotations
 
@@ -205,6 +205,15 @@ def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DE
     return row
 
 
+def cudnn_version() -> int | None:
+    """cuDNN's version, None where torch cannot say (a CUDA build of torch without a GPU raises)."""
+    import torch
+    try:
+        return torch.backends.cudnn.version()
+    except Exception:
+        return None
+
+
 def free_runtime_caches() -> None:
     """Drop megawino's plans and prepared weights (their memory is torch's until then)."""
     import megawino
@@ -217,13 +226,15 @@ def free_runtime_caches() -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--models", default=None,
+                   help=f"comma-separated, of {', '.join(MODELS)} (default: all); with --zoo, torchvision names")
     p.add_argument("--batches", default=None,
                    help="comma-separated batch sizes for every model (default: each model's own)")
     p.add_argument("--reps", type=int, default=None, help="timed forwards per variant (default 20; 5 with --quick)")
     p.add_argument("--overhead-calls", type=int, default=2000, help="back-to-back calls per overhead row")
     p.add_argument("--json", default=None,
-                   help="results file (its folder is created; default bench/results/<gpu>/models.json)")
+                   help="results file (its folder is created; default bench/results/<gpu>/models.json, "
+                        "with --zoo models-zoo.json)")
     p.add_argument("--quick", action="store_true", help="5 reps, each model's smallest batch only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,
@@ -231,8 +242,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"default {DEFAULT_GEMM_MATH})")
     p.add_argument("--no-graphs", dest="graphs", action="store_false",
                    help="skip the CUDA-graph replays of each variant (timed by default)")
+    zoo = p.add_argument_group("--zoo: every torchvision classification model (bench/zoo.py)")
+    zoo.add_argument("--zoo", action="store_true", help="run the zoo instead of the models above")
+    zoo.add_argument("--batch", type=int, default=8, help="the zoo's batch size (default 8)")
+    zoo.add_argument("--resolution", type=int, default=None,
+                     help="the zoo's input size (default 224; 299 for inception_v3)")
+    zoo.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                     help="cpu: a dry run of the zoo's records on the CPU executor, no timings")
     args = p.parse_args(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    names = args.models.split(",") if args.models is not None else ([] if args.zoo else list(MODELS))
+    args.models = [m.strip() for m in names if m.strip()]
+    if args.zoo:
+        if args.batch < 1 or (args.resolution is not None and args.resolution < 32):
+            p.error("--batch must be positive and --resolution at least 32")
+        args.reps = args.reps if args.reps is not None else 10
+        if args.reps < 1:
+            p.error("--reps must be positive")
+        return args
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
@@ -287,6 +314,9 @@ def results_table(rows: list[dict], gemm_math: str = DEFAULT_GEMM_MATH):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.zoo:
+        from zoo import run_zoo
+        return run_zoo(args)
     import torch
     from rich.console import Console
     from rich.progress import Progress
@@ -325,8 +355,8 @@ def main(argv=None) -> int:
     except ImportError:
         torchvision_version = None
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
-              "git_commit": git_commit(REPO_ROOT), "argv": sys.argv[1:] if argv is None else list(argv),
+              "cudnn": cudnn_version(), "torchvision": torchvision_version,
+              "git_commit": git_commit(REPO_ROOT), "argv": args.argv,
               "reps": args.reps, "input_sets": INPUT_SETS, "quick": args.quick,
               "gemm_math": args.gemm_math, "choice_margin": choice_margin(),
               "choice_timing": choice_timing(), "rows": rows,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
+from .routing import PYTORCH_REASONS, traced_conv2d, tracing
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
            "BACKENDS", "ALGOS", "ALGO_DESCRIPTIONS"]
@@ -30,6 +31,7 @@ ALGO_DESCRIPTIONS = {
     "cpu-executor": "megawino's CPU executor (Winograd task list)",
     "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1 only",
     "pytorch-autograd": "torch.nn.functional.conv2d: under autograd (training is out of scope)",
+    **PYTORCH_REASONS,
 }
 
 
@@ -138,7 +140,18 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     on the CPU executor (3x3 stride 1; other shapes go to torch).  ``algo``: ``"auto"``
     measures megawino's paths and PyTorch's once per shape and GPU and runs the fastest;
     ``"megakernel"``, ``"nonfused"``, ``"direct"``, ``"pointwise"`` or ``"pytorch"`` force one.  Under autograd
-    it runs torch.nn.functional.conv2d (one warning per process)."""
+    it runs torch.nn.functional.conv2d (one warning per process).  Traced (torch.compile,
+    torch.export, torch.jit.trace) it is the registered operator ``torch.ops.megawino.conv2d``."""
+    if tracing(input) and not (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (input, weight, bias))):
+        _check_tensors(input, weight, bias)
+        args = conv_arguments(weight.shape[2:], stride, padding, dilation, groups)
+        _resolve_backend(backend, input.device)
+        if algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+        check_gemm_math(gemm_math)
+        return traced_conv2d(input, weight, bias, _pair(args.stride), _pair(args.padding), 0, backend, algo,
+                             gemm_math)
     return conv2d_with_algo(input, weight, bias, stride, padding, dilation, groups,
                             backend=backend, algo=algo, gemm_math=gemm_math)[0]
 
@@ -162,6 +175,9 @@ def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, 
                           "torch.nn.functional.conv2d (run the model under torch.inference_mode() "
                           "or torch.no_grad() to use megawino)", stacklevel=3)
         return F.conv2d(input, weight, bias, args.stride, args.padding), "pytorch-autograd"
+    if input.numel() == 0:
+        # An empty batch: PyTorch's empty output (or its error, for shapes it refuses).
+        return F.conv2d(input, weight, bias, args.stride, args.padding), "pytorch-empty"
     unbatched = input.dim() == 3
     x = input.unsqueeze(0) if unbatched else input
     # torch's rule: channels_last output when the input or the weight is channels_last.
@@ -171,6 +187,10 @@ def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, 
     if bias is not None:
         out.add_(bias.view(1, -1, 1, 1))
     return (out.squeeze(0) if unbatched else out), ran
+
+
+def _pair(value) -> list[int]:
+    return [int(v) for v in value] if isinstance(value, (tuple, list)) else [int(value)] * 2
 
 
 def _run_cpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str, gemm_math: str):
