@@ -23,7 +23,8 @@ import numpy as np
 from .gpu import algo_choice, weights
 from .gpu.algo_choice import choose_fastest
 from .gpu.nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
-from .gpu.call_checks import check_out, env_number, ready_arrays
+from .gpu.route import forget as forget_routes, launch as launch_route, route as plan_route
+from .gpu.call_checks import check_call, env_number, ready_arrays
 from .direct.plan import DirectPlan
 from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
@@ -103,7 +104,7 @@ class _PlanCache:
                                     if not getattr(p, "captured", False) and k != key]:
                         if len(self._plans) <= limit:
                             break
-                        self._plans.pop(old_key).evicted = True
+                        _evict(self._plans.pop(old_key))
                     self._making.pop(key, None)
         return found
 
@@ -111,16 +112,23 @@ class _PlanCache:
         with self._lock:
             found = self._plans.pop(key, None)
         if found is not None:
-            found.evicted = True
+            _evict(found)
 
     def clear(self) -> None:
         with self._lock:
             for found in self._plans.values():
-                found.evicted = True
+                _evict(found)
             self._plans.clear()
 
     def __len__(self) -> int:
         return len(self._plans)
+
+
+def _evict(found) -> None:
+    """Mark a plan the cache dropped (the launchers that hold it stop using it) and drop its
+    routes, which would keep its workspaces alive."""
+    found.evicted = True
+    forget_routes(found)
 
 
 def _plan_cache_limit() -> int:
@@ -142,6 +150,13 @@ def cached_plan(spec: LayerSpec, algo: str, gemm_math: str, device: int):
     """The plan :func:`conv2d` runs for ``spec`` and ``algo`` on ``device``, the current device
     (made and cached when missing): for callers that have checked their arrays themselves."""
     return PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
+
+
+def route(spec: LayerSpec, algo: str, gemm_math: str, device: int, w, weight_token):
+    """The route (megawino.gpu.route.Route) of :func:`cached_plan` bound to the weight ``w``
+    under ``weight_token`` on the current stream: for callers that have checked their arrays
+    themselves (megawino.torch after a layer's first call)."""
+    return plan_route(cached_plan(spec, algo, gemm_math, device), w, weight_token)
 
 
 def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:
@@ -256,12 +271,7 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
         raise ValueError("algo='cpu' needs NumPy arrays")
     cupy = cupy_module()
     x, w = as_cupy(x, "x"), as_cupy(w, "w")
-    for name, arr in (("x", x), ("w", w)):
-        check_float32(name, arr)
     device = cupy.cuda.runtime.getDevice()
-    if x.device.id != device or w.device.id != device:
-        raise ValueError(f"x is on device {x.device.id} and w on device {w.device.id}, the current "
-                         f"device is {device}")
     key = (device, x.shape, w.shape, stride, padding, layout, algo, gemm_math, weight_token is not None)
     resolved = _RESOLVED.get(key)
     if resolved is None:
@@ -274,7 +284,7 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
         spec, algo = resolved
     if out is not None:
         out = as_cupy(out, "out")
-        check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
+    check_call(cupy, spec, device, x, w, out)      # the plans' own checks, before anything launches
     if resolved is None:
         if algo == "auto":
             algo = choose_algo(spec, gemm_math, prepared_weights=weight_token is not None)
@@ -282,4 +292,4 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
             _RESOLVED.clear()
         _RESOLVED[key] = (spec, algo)
     p = PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
-    return p.run(*ready_arrays(spec, x, w, out), check, weight_token)
+    return launch_route(p, *ready_arrays(spec, x, w, out), check, weight_token)

@@ -1,5 +1,6 @@
-"""Checks every plan makes before a launch, and the settings they read, in one place: the GPU is
-there, the arrays are the plan's (shape, dtype, device), the output aliases no input, and inputs
+"""The checks of every launch route (megawino.conv2d, a plan's call, megawino.torch's first call
+of a layer) before anything launches, and the settings they read, in one place: the GPU is
+there, the arrays are the layer's (shape, dtype, device), the output aliases no input, and inputs
 the kernels cannot read as they are (strided or misaligned) are copied."""
 from __future__ import annotations
 
@@ -105,17 +106,25 @@ def check_out(cupy, out, shape, device: int, inputs) -> None:
             raise ValueError(f"out overlaps {name}: the output must not alias an input")
 
 
-def prepare_call(spec, device: int, x, w, out):
-    """(x, w, out) ready for a plan's launch: arrays checked against ``spec`` on ``device``, the
-    output allocated when None, inputs copied where the kernels cannot read them as they are."""
-    cupy = cupy_module()
-    current = cupy.cuda.runtime.getDevice()
-    if current != device:
-        raise ValueError(f"this plan was made on device {device}, the current device is {current}")
+def check_call(cupy, spec, device: int, x, w, out) -> None:
+    """The one set of array checks of every launch route (megawino.gpu.route): ``x``, ``w`` and
+    ``out`` (when given) are float32 CuPy arrays of ``spec``'s shapes on ``device``, and ``out``
+    is C-contiguous, 16-byte aligned and aliases neither input."""
     check_array(cupy, "x", x, spec.input_shape, device)
     check_array(cupy, "w", w, spec.weight_shape, device)
     if out is not None:
         check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
+
+
+def prepare_call(spec, device: int, x, w, out):
+    """(x, w, out) ready for a plan's launch: the plan's device is the current one, the arrays
+    pass :func:`check_call`, the output is allocated when None, inputs are copied where the
+    kernels cannot read them as they are."""
+    cupy = cupy_module()
+    current = cupy.cuda.runtime.getDevice()
+    if current != device:
+        raise ValueError(f"this plan was made on device {device}, the current device is {current}")
+    check_call(cupy, spec, device, x, w, out)
     return ready_arrays(spec, x, w, out)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import abi, task_types
 from ..tuning import choice as tuning_choice
-from . import identity as gpu_identity, weights, workspace
+from . import identity as gpu_identity, route, weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
@@ -211,12 +211,13 @@ class Plan:
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
         """Launch the layer on the current stream and return ``out`` (allocated when None)
         without waiting.  ``check``: first raise for an earlier launch of this plan whose
-        watchdog fired (its status already arrived); ``weight_token``: see megawino.gpu.weights."""
-        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+        watchdog fired (its status already arrived); ``weight_token``: see megawino.gpu.weights.
+        Checked once, launched through the plan's route (megawino.gpu.route)."""
+        return route.launch(self, *prepare_call(self.spec, self.device, x, w, out), check, weight_token)
 
     def run(self, x, w, out, check: bool = True, weight_token=None):
-        """The launch of :meth:`__call__` on arrays already checked and made ready
-        (``call_checks.prepare_call``): conv2d's path, which checked them itself."""
+        """One launch on arrays already checked and made ready (``call_checks.prepare_call``), the
+        weight prepared under ``weight_token``: what a route runs until its launcher is bound."""
         with self._lock:
             if check:
                 self._raise_reports(done_only=True)

@@ -1,0 +1,96 @@
+"""The one launch route of every GPU call: ``megawino.conv2d``, a plan's own call and
+``megawino.torch``.
+
+1. The arrays are checked once against the layer's spec (:func:`megawino.gpu.call_checks.prepare_call`
+   for a plan's call, :func:`megawino.gpu.call_checks.check_call` for ``megawino.conv2d``: one set
+   of checks), before anything launches.
+2. A :class:`Route` binds a plan to one weight (its array and ``weight_token``) and one stream.
+   Its first call runs the plan (:meth:`run`: the weight is prepared under the token); from then
+   on the plan's launches are bound into a :class:`megawino.gpu.launch.Launcher` once, and each
+   call only sets the input and output pointers.  Calls without a token, with ``check=False``,
+   under CUDA-graph capture, or after a cache dropped what the launcher reads, run the plan
+   as the first call does.
+
+A plan keeps its routes (:data:`MAX_ROUTES` of them: a few weights times a few streams), so they
+go with it when the runtime's plan cache drops it (:func:`forget`).  A route keeps its weight
+array alive, as the prepared weight it stands for does.
+"""
+from __future__ import annotations
+
+from . import workspace
+
+__all__ = ["Route", "route", "launch", "forget", "MAX_ROUTES"]
+
+MAX_ROUTES = 16      # routes per plan: weights x streams a layer is called with
+
+
+class Route:
+    """``plan`` bound to the weight ``weight`` under ``token`` on the stream ``stream`` (its
+    handle); calling it launches the layer on checked, kernel-ready arrays."""
+
+    __slots__ = ("plan", "weight", "token", "stream", "launcher")
+
+    def __init__(self, plan, weight, token, stream: int):
+        self.plan, self.weight, self.token, self.stream = plan, weight, token, stream
+        self.launcher = None
+
+    def bound(self):
+        """The launcher when it can run the next call as it is (made, everything it reads still
+        cached, the stream not being captured), else None."""
+        launcher = self.launcher
+        if launcher is None or not launcher.valid() or workspace.is_capturing():
+            return None
+        return launcher
+
+    def bind(self, x):
+        """The launcher (made now where missing or stale, after a call has prepared the weight
+        under the token), or None where the plan has none for this weight: no token, the
+        prepared weight not ready, or capture; ``x`` stands for every later input."""
+        if self.token is None:
+            return None
+        launcher = self.launcher
+        if launcher is None or not launcher.valid():
+            launcher = self.launcher = self.plan.launcher(x, self.weight, self.token)
+        return launcher
+
+    def __call__(self, x, out, check: bool = True):
+        """The layer of ``x`` (checked and kernel-ready) into ``out``, launched on the current
+        stream (this route's); ``check``: raise first for a fired watchdog (see the plans)."""
+        launcher = self.bound() if check else None
+        if launcher is not None:
+            launcher.launch(x.data.ptr, out.data.ptr)
+            return out
+        out = self.plan.run(x, self.weight, out, check, self.token)
+        if self.token is not None and check:
+            self.bind(x)          # None under capture: the next call runs the plan again
+        return out
+
+
+def route(plan, w, weight_token) -> Route:
+    """The route of ``plan`` for the weight ``w`` under ``weight_token`` on the current stream
+    (made on first use; a route without a token is not kept)."""
+    stream = workspace.current_stream_ptr()
+    if weight_token is None:
+        return Route(plan, w, None, stream)
+    routes = plan.__dict__.get("_routes")
+    if routes is None:
+        routes = plan.__dict__["_routes"] = {}
+    key = (w.data.ptr, weight_token, stream)
+    found = routes.get(key)
+    if found is None:
+        if len(routes) >= MAX_ROUTES:
+            routes.clear()
+        found = routes[key] = Route(plan, w, weight_token, stream)
+    return found
+
+
+def launch(plan, x, w, out, check: bool = True, weight_token=None):
+    """Launch ``plan`` on checked, kernel-ready ``x``, ``w``, ``out`` through its route."""
+    if weight_token is None:
+        return plan.run(x, w, out, check, None)
+    return route(plan, w, weight_token)(x, out, check)
+
+
+def forget(plan) -> None:
+    """Drop ``plan``'s routes (and the launchers and weights they keep)."""
+    plan.__dict__.pop("_routes", None)

@@ -1,0 +1,126 @@
+"""megawino.gpu.route on the CPU, against recording stand-ins for a plan, its launcher and the
+current stream: which calls run the plan and which its bound launcher, when the launcher is
+made again, and which routes a plan keeps."""
+import types
+
+import pytest
+
+from megawino.gpu import route as routes
+
+
+class FakeArray:
+    def __init__(self, ptr):
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+
+class FakeLauncher:
+    def __init__(self, log):
+        self.log, self.is_valid = log, True
+
+    def valid(self):
+        return self.is_valid
+
+    def launch(self, x_ptr, out_ptr):
+        self.log.append(("launcher", x_ptr, out_ptr))
+
+
+class FakePlan:
+    """A plan whose ``launcher`` exists once a ``run`` has prepared the weight under a token."""
+
+    def __init__(self):
+        self.log, self.prepared, self.launchers = [], set(), []
+
+    def run(self, x, w, out, check, weight_token):
+        self.log.append(("run", x.data.ptr, out.data.ptr, check, weight_token))
+        if weight_token is not None and not stream["capturing"]:
+            self.prepared.add(weight_token)
+        return out
+
+    def launcher(self, x, w, weight_token):
+        if weight_token not in self.prepared or stream["capturing"]:
+            return None
+        self.launchers.append(FakeLauncher(self.log))
+        return self.launchers[-1]
+
+
+stream = {"ptr": 7, "capturing": False}
+
+
+@pytest.fixture(autouse=True)
+def fake_stream(monkeypatch):
+    stream.update(ptr=7, capturing=False)
+    monkeypatch.setattr(routes.workspace, "current_stream_ptr", lambda: stream["ptr"])
+    monkeypatch.setattr(routes.workspace, "is_capturing", lambda: stream["capturing"])
+
+
+def kinds(plan):
+    return [entry[0] for entry in plan.log]
+
+
+def test_first_call_runs_the_plan_then_the_bound_launcher_sets_pointers_only():
+    plan, w = FakePlan(), FakeArray(0x100)
+    for i in range(3):
+        out = FakeArray(0x300 + i)
+        assert routes.launch(plan, FakeArray(0x200 + i), w, out, True, "w1") is out
+    assert plan.log == [("run", 0x200, 0x300, True, "w1"), ("launcher", 0x201, 0x301), ("launcher", 0x202, 0x302)]
+    assert len(plan.launchers) == 1                      # bound once
+
+
+def test_calls_the_launcher_cannot_take_run_the_plan():
+    plan, w = FakePlan(), FakeArray(0x100)
+    x, out = FakeArray(0x200), FakeArray(0x300)
+    for _ in range(2):
+        routes.launch(plan, x, w, out, True, None)       # no token: nothing is bound
+    assert kinds(plan) == ["run", "run"] and not plan.launchers
+    routes.launch(plan, x, w, out, True, "w1")
+    routes.launch(plan, x, w, out, False, "w1")          # check=False: the plan's own launch
+    assert kinds(plan) == ["run"] * 4
+    stream["capturing"] = True                           # capture: the weight prepared in the graph
+    routes.launch(plan, x, w, out, True, "w1")
+    stream["capturing"] = False
+    assert kinds(plan) == ["run"] * 5
+    plan.launchers[-1].is_valid = False                  # a cache dropped what it reads
+    routes.launch(plan, x, w, out, True, "w1")
+    routes.launch(plan, x, w, out, True, "w1")
+    assert kinds(plan) == ["run"] * 6 + ["launcher"] and len(plan.launchers) == 2
+
+
+def test_a_route_under_capture_binds_nothing_until_a_later_eager_call():
+    plan, w = FakePlan(), FakeArray(0x100)
+    stream["capturing"] = True
+    routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
+    stream["capturing"] = False
+    routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
+    routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
+    assert kinds(plan) == ["run", "run", "launcher"]
+
+
+def test_routes_are_per_weight_token_and_stream_and_go_with_the_plan():
+    plan = FakePlan()
+    first = routes.route(plan, FakeArray(0x100), "w1")
+    assert routes.route(plan, FakeArray(0x100), "w1") is first
+    assert routes.route(plan, FakeArray(0x180), "w1") is not first      # another weight array
+    assert routes.route(plan, FakeArray(0x100), "w2") is not first      # another token
+    stream["ptr"] = 9
+    other = routes.route(plan, FakeArray(0x100), "w1")
+    assert other is not first and other.stream == 9
+    assert routes.route(plan, FakeArray(0x100), None) is not routes.route(plan, FakeArray(0x100), None)
+    for i in range(routes.MAX_ROUTES + 1):
+        routes.route(plan, FakeArray(0x1000 + 16 * i), "w")
+    assert len(plan._routes) <= routes.MAX_ROUTES
+    routes.forget(plan)
+    assert not hasattr(plan, "_routes")
+    routes.forget(plan)                                   # nothing to drop
+
+
+def test_the_plan_cache_drops_the_routes_of_a_plan_it_drops(monkeypatch):
+    from megawino import runtime
+    monkeypatch.setenv("MEGAWINO_PLAN_CACHE", "1")
+    cache = runtime._PlanCache()
+    first = cache.get("a", FakePlan)
+    routes.route(first, FakeArray(0x100), "w1")
+    second = cache.get("b", FakePlan)
+    routes.route(second, FakeArray(0x100), "w1")
+    assert first.evicted and not hasattr(first, "_routes")    # its workspaces are not kept by a route
+    cache.clear()
+    assert second.evicted and not hasattr(second, "_routes")
