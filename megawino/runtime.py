@@ -2,9 +2,11 @@
 
 * :func:`plan` makes a reusable plan for one layer shape (megawino.gpu.winograd_plan.Plan for the Winograd
   algos, megawino.direct.plan.DirectPlan for the direct path).
-* :func:`conv2d` validates its arguments, picks the algorithm (``"auto"``: the fastest of the
+* :func:`conv2d` validates its arguments, checks its arrays as the plans do
+  (megawino.gpu.call_checks.check_call), picks the algorithm (``"auto"``: the fastest of the
   megakernel, the non-fused kernels and the direct path, measured once per shape and GPU:
-  megawino.gpu.algo_choice) and runs a cached plan, asynchronously on CuPy's current stream.
+  megawino.gpu.algo_choice) and launches a cached plan through its route (megawino.gpu.route:
+  with a weight token, a launcher bound once), asynchronously on CuPy's current stream.
   NumPy inputs run the CPU reference path (megawino.cpu.executor.conv2d_cpu).
 * Plans are cached per (device, shape, algorithm, GEMM arithmetic) in a thread-safe LRU of
   ``MEGAWINO_PLAN_CACHE`` entries (default 512: DenseNet-161 alone has 86 conv shapes), never

@@ -95,19 +95,28 @@ def test_a_route_under_capture_binds_nothing_until_a_later_eager_call():
     assert kinds(plan) == ["run", "run", "launcher"]
 
 
-def test_routes_are_per_weight_token_and_stream_and_go_with_the_plan():
+def test_routes_are_per_weight_memory_and_stream_and_go_with_the_plan():
     plan = FakePlan()
     first = routes.route(plan, FakeArray(0x100), "w1")
-    assert routes.route(plan, FakeArray(0x100), "w1") is first
-    assert routes.route(plan, FakeArray(0x180), "w1") is not first      # another weight array
-    assert routes.route(plan, FakeArray(0x100), "w2") is not first      # another token
+    assert routes.route(plan, FakeArray(0x100), "w1") is first        # another array of that memory
+    assert routes.route(plan, FakeArray(0x180), "w1") is not first    # another weight
     stream["ptr"] = 9
     other = routes.route(plan, FakeArray(0x100), "w1")
     assert other is not first and other.stream == 9
+    stream["ptr"] = 7
+    # A new token for the same memory replaces the route (and the launcher of the old contents).
+    routes.launch(plan, FakeArray(1), FakeArray(0x100), FakeArray(2), True, "w1")
+    routes.launch(plan, FakeArray(1), FakeArray(0x100), FakeArray(2), True, "w1")
+    renewed = routes.route(plan, FakeArray(0x100), "w2")
+    assert renewed is not first and renewed.launcher is None and renewed.token == "w2"
     assert routes.route(plan, FakeArray(0x100), None) is not routes.route(plan, FakeArray(0x100), None)
+    # Full: the routes without a launcher make room first; a route with a live launcher stays.
+    bound = routes.route(plan, FakeArray(0x100), "w1")
+    routes.launch(plan, FakeArray(1), FakeArray(0x100), FakeArray(2), True, "w1")
+    assert bound.launcher is not None
     for i in range(routes.MAX_ROUTES + 1):
         routes.route(plan, FakeArray(0x1000 + 16 * i), "w")
-    assert len(plan._routes) <= routes.MAX_ROUTES
+    assert len(plan._routes) <= routes.MAX_ROUTES and plan._routes[(0x100, 7)] is bound
     routes.forget(plan)
     assert not hasattr(plan, "_routes")
     routes.forget(plan)                                   # nothing to drop

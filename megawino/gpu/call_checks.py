@@ -81,10 +81,10 @@ def check_array(cupy, name: str, arr, shape, device: int) -> None:
     if not isinstance(arr, cupy.ndarray):
         raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
     if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the layer's is {tuple(shape)}")
     check_float32(name, arr)
     if arr.device.id != device:
-        raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
+        raise ValueError(f"{name} is on device {arr.device.id}, the call runs on device {device}")
 
 
 def kernel_ready(cupy, arr):

@@ -11,17 +11,21 @@
    under CUDA-graph capture, or after a cache dropped what the launcher reads, run the plan
    as the first call does.
 
-A plan keeps its routes (:data:`MAX_ROUTES` of them: a few weights times a few streams), so they
-go with it when the runtime's plan cache drops it (:func:`forget`).  A route keeps its weight
-array alive, as the prepared weight it stands for does.
+A plan keeps its routes (at most :data:`MAX_ROUTES`: a few weights times a few streams), so they
+go with it when the runtime's plan cache drops it (:func:`forget`).  A route's launcher keeps
+its weight array and prepared weight alive until the route is replaced (a new token for the
+same weight memory), pruned or forgotten.
 """
 from __future__ import annotations
+
+import threading
 
 from . import workspace
 
 __all__ = ["Route", "route", "launch", "forget", "MAX_ROUTES"]
 
-MAX_ROUTES = 16      # routes per plan: weights x streams a layer is called with
+_LOCK = threading.Lock()
+MAX_ROUTES = 8       # routes per plan: the weights of its shape's layers x the streams they run on
 
 
 class Route:
@@ -67,27 +71,38 @@ class Route:
 
 
 def route(plan, w, weight_token) -> Route:
-    """The route of ``plan`` for the weight ``w`` under ``weight_token`` on the current stream
-    (made on first use; a route without a token is not kept)."""
+    """The route of ``plan`` for the weight memory ``w`` under ``weight_token`` on the current
+    stream (made on first use; a route without a token is not kept).  A new token for the same
+    weight memory replaces the route, so the launcher of the weight's earlier contents goes."""
     stream = workspace.current_stream_ptr()
     if weight_token is None:
         return Route(plan, w, None, stream)
     routes = plan.__dict__.get("_routes")
     if routes is None:
-        routes = plan.__dict__["_routes"] = {}
-    key = (w.data.ptr, weight_token, stream)
+        routes = plan.__dict__.setdefault("_routes", {})
+    key = (w.data.ptr, stream)
     found = routes.get(key)
-    if found is None:
-        if len(routes) >= MAX_ROUTES:
-            routes.clear()
-        found = routes[key] = Route(plan, w, weight_token, stream)
+    if found is None or found.token != weight_token:
+        with _LOCK:              # threads on other streams make their routes at the same time
+            if key not in routes and len(routes) >= MAX_ROUTES:
+                _prune(routes)
+            found = routes[key] = Route(plan, w, weight_token, stream)
     return found
 
 
+def _prune(routes: dict) -> None:
+    """Make room: drop the routes whose launcher is gone or stale (a cache dropped what it
+    reads), else all of them."""
+    stale = [key for key, found in routes.items() if found.launcher is None or not found.launcher.valid()]
+    for key in stale or list(routes):
+        del routes[key]
+
+
 def launch(plan, x, w, out, check: bool = True, weight_token=None):
-    """Launch ``plan`` on checked, kernel-ready ``x``, ``w``, ``out`` through its route."""
-    if weight_token is None:
-        return plan.run(x, w, out, check, None)
+    """Launch ``plan`` on checked, kernel-ready ``x``, ``w``, ``out`` through its route (a call
+    no launcher can take, without a token or with ``check=False``, keeps no route)."""
+    if weight_token is None or not check:
+        return plan.run(x, w, out, check, weight_token)
     return route(plan, w, weight_token)(x, out, check)
 
 
