@@ -7,13 +7,13 @@ before anything compiles, allocates or launches.
 """
 from __future__ import annotations
 
-import operator
 import warnings
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from ..core.arguments import integer_argument
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
 from .routing import PYTORCH_REASONS, traced_conv2d, tracing
@@ -40,38 +40,38 @@ class ConvArguments(NamedTuple):
     padding: int
 
 
-def _single(value, name: str) -> int:
+def _single(value, name: str, minimum: int) -> int:
     """An int, or a 1- or 2-sequence of equal ints, as one int; ValueError naming ``name``."""
     if isinstance(value, (tuple, list, torch.Size)):
-        items = [_integer(v, name) for v in value]
+        items = [_integer(v, name, minimum) for v in value]
         if len(items) not in (1, 2) or len(set(items)) != 1:
             raise ValueError(f"{name}={tuple(items)!r}: megawino runs the same {name} in both "
                              f"spatial dimensions only")
         return items[0]
-    return _integer(value, name)
+    return _integer(value, name, minimum)
 
 
-def _integer(value, name: str) -> int:
-    """``value`` as an int (Python, NumPy or 0-d tensor integers; not bools)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+def _integer(value, name: str, minimum: int) -> int:
+    """``value`` as an int >= ``minimum`` by the rule of every entry point
+    (megawino.core.arguments.integer_argument: Python and NumPy integers, not bools or floats);
+    a 0-d integer tensor is the integer it holds, as torch takes it."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype in _INTEGER_DTYPES:
+        value = int(value.item())
+    return integer_argument(name, value, minimum)
+
+
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
     """Validate F.conv2d's stride / padding / dilation / groups for a ``kernel_size`` (R, S)
     filter as megawino runs them: ValueError naming the argument, else (stride, padding) ints."""
     r, s = (int(v) for v in kernel_size)
-    if _single(dilation, "dilation") != 1:
+    if _single(dilation, "dilation", 1) != 1:
         raise ValueError(f"dilation={dilation!r}: megawino runs dilation 1 only")
-    if _integer(groups, "groups") != 1:
+    if _integer(groups, "groups", 1) != 1:
         raise ValueError(f"groups={groups!r}: megawino runs groups=1 only (no grouped or depthwise convolution)")
-    stride = _single(stride, "stride")
-    if stride < 1:
-        raise ValueError(f"stride must be positive, got {stride}")
+    stride = _single(stride, "stride", 1)
     if isinstance(padding, str):
         if padding == "valid":
             return ConvArguments(stride, 0)
@@ -83,10 +83,7 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
             raise ValueError(f"padding='same' with a {r}x{s} filter pads unequally; megawino runs "
                              f"'same' for odd square filters only")
         return ConvArguments(stride, r // 2)
-    padding = _single(padding, "padding")
-    if padding < 0:
-        raise ValueError(f"padding must be non-negative, got {padding}")
-    return ConvArguments(stride, padding)
+    return ConvArguments(stride, _single(padding, "padding", 0))
 
 
 def _check_tensors(input, weight, bias) -> None:
