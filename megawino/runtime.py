@@ -24,7 +24,7 @@ import numpy as np
 
 from .gpu import algo_choice, weights
 from .gpu.algo_choice import choose_fastest
-from .gpu.nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
+from .gpu.nvrtc import DEFAULT_GEMM_MATH, WINOGRAD_ALGOS, as_cupy, check_gemm_math, cupy_module, gpu_available
 from .gpu.route import forget as forget_routes, launch as launch_route, route as plan_route
 from .gpu.call_checks import check_call, env_number, ready_arrays
 from .direct.plan import DirectPlan
@@ -40,7 +40,7 @@ __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "cho
            "choose_algo", "candidate_algos", "cached_plan", "Plan", "DirectPlan", "PointwisePlan", "WatchdogError", "gpu_available", "cuda_dir",
            "source_hash"]
 
-ALGOS = KERNEL_KINDS + ("direct", "pointwise")
+ALGOS = WINOGRAD_ALGOS + ("direct", "pointwise")
 LAYOUTS = ("NCHW", "NHWC")
 ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
 PLAN_CACHE_MAX = 1 << 20          # plans: far more shapes than any network has

@@ -23,25 +23,25 @@ DEFAULT_WATCHDOG_S = 2.0
 WATCHDOG_RANGE_S = (1e-3, 1e6)
 
 
-def _range_words(kind, minimum, maximum) -> str:
-    number, fmt = ("a whole number", "d") if kind is int else ("a number", "g")
+def _range_words(number_type, minimum, maximum) -> str:
+    number, fmt = ("a whole number", "d") if number_type is int else ("a number", "g")
     if maximum is None:
         return f"{number} >= {minimum:{fmt}}"
     return f"{number} from {minimum:{fmt}} to {maximum:{fmt}}"
 
 
-def env_number(name: str, default, kind=int, minimum=0, maximum=None):
-    """``$name`` as a ``kind`` number within [``minimum``, ``maximum``] (``default`` when unset);
+def env_number(name: str, default, number_type=int, minimum=0, maximum=None):
+    """``$name`` as a ``number_type`` number within [``minimum``, ``maximum``] (``default`` when unset);
     a one-line ValueError naming the variable and the accepted range otherwise."""
     raw = os.environ.get(name)
     if raw is None:
         return default
-    accepted = _range_words(kind, minimum, maximum)
+    accepted = _range_words(number_type, minimum, maximum)
     try:
-        value = kind(raw.strip())
+        value = number_type(raw.strip())
     except ValueError:
         raise ValueError(f"{name} must be {accepted}, got {raw!r}") from None
-    if (kind is float and not math.isfinite(value)) or value < minimum \
+    if (number_type is float and not math.isfinite(value)) or value < minimum \
             or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be {accepted}, got {raw!r}")
     return value

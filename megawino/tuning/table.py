@@ -77,11 +77,11 @@ JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number"
 JSON_INT_MAX = 2**31 - 1
 
 
-def json_value_ok(value, kind) -> bool:
-    """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
-    if kind in (int, float) and isinstance(value, bool):
+def json_value_ok(value, json_type) -> bool:
+    """Whether ``value`` (parsed JSON) is of schema type ``json_type``; a bool is no number."""
+    if json_type in (int, float) and isinstance(value, bool):
         return False
-    return isinstance(value, (int, float) if kind is float else kind)
+    return isinstance(value, (int, float) if json_type is float else json_type)
 
 
 def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
@@ -97,15 +97,16 @@ def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
     if missing:
         raise ValueError(f"{what}: missing {missing[0]!r}")
     for key, value in obj.items():
-        kind = fields[key]
-        if kind is None or (value is None and key in nullable):
+        json_type = fields[key]
+        if json_type is None or (value is None and key in nullable):
             continue
-        if not json_value_ok(value, kind):
-            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r:.40}")
+        if not json_value_ok(value, json_type):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[json_type]}, got {value!r:.40}")
         # and one the runtime can use: a finite number, an integer within int32
-        if not (math.isfinite(value) if kind is float else kind is not int or abs(value) <= JSON_INT_MAX):
-            raise ValueError(f"{what}: {key!r} must be a {'finite ' if kind is float else ''}JSON "
-                             f"{JSON_TYPE_NAMES[kind]}{' within int32' if kind is int else ''}, got {value!r:.40}")
+        if not (math.isfinite(value) if json_type is float else json_type is not int or abs(value) <= JSON_INT_MAX):
+            raise ValueError(f"{what}: {key!r} must be a {'finite ' if json_type is float else ''}JSON "
+                             f"{JSON_TYPE_NAMES[json_type]}{' within int32' if json_type is int else ''}, "
+                             f"got {value!r:.40}")
 
 
 def mapping_from_entry(obj: dict) -> MappingParams:
