@@ -46,12 +46,6 @@ ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
 PLAN_CACHE_MAX = 1 << 20          # plans: far more shapes than any network has
 
 
-def gpu_name_key() -> str:
-    """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    from .gpu.identity import current_gpu_key
-    return current_gpu_key()
-
-
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
          timeout_s: float | None = None, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH,
          ring_buffers: bool | None = None):
