@@ -51,10 +51,10 @@ def test_interleaved_properties(seed):
     assert (tickets[short_gemm] > last_input).all()
     assert (tickets[short_out] > last_gemm).all()
     # the M GEMM tasks that share filter matrix j (same block of M groups) are adjacent
-    m = min(mp.groups_per_column, graph.layout.num_groups)
+    per_column = min(mp.groups_per_column, graph.layout.num_groups)
     rec = graph.records[order]
     gemm_tickets = np.flatnonzero(types == TaskType.GEMM)
-    col = (rec[gemm_tickets, 1] // m) * graph.layout.gemms_per_group + rec[gemm_tickets, 2]
+    col = (rec[gemm_tickets, 1] // per_column) * graph.layout.gemms_per_group + rec[gemm_tickets, 2]
     for c in np.unique(col):
         t = gemm_tickets[col == c]
         assert t.max() - t.min() == t.size - 1
