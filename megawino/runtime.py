@@ -288,4 +288,5 @@ def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: 
             _RESOLVED.clear()
         _RESOLVED[key] = (spec, algo)
     p = PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
-    return launch_route(p, *ready_arrays(spec, x, w, out), check, weight_token)
+    x, ready_w, out = ready_arrays(spec, x, w, out)
+    return launch_route(p, x, ready_w, out, check, weight_token, copied_weight=ready_w is not w)

@@ -79,6 +79,9 @@ def test_calls_the_launcher_cannot_take_run_the_plan():
     routes.launch(plan, x, w, out, True, "w1")
     stream["capturing"] = False
     assert kinds(plan) == ["run"] * 5
+    routes.launch(plan, x, FakeArray(0x900), out, True, "w1", copied_weight=True)   # new memory each call
+    assert kinds(plan) == ["run"] * 6 and (0x900, 7) not in plan._routes
+    plan.log.pop()
     plan.launchers[-1].is_valid = False                  # a cache dropped what it reads
     routes.launch(plan, x, w, out, True, "w1")
     routes.launch(plan, x, w, out, True, "w1")

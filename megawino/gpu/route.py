@@ -50,7 +50,7 @@ class Route:
         """The launcher (made now where missing or stale, after a call has prepared the weight
         under the token), or None where the plan has none for this weight: no token, the
         prepared weight not ready, or capture; ``x`` stands for every later input."""
-        if self.token is None:
+        if self.token is None or workspace.is_capturing():
             return None
         launcher = self.launcher
         if launcher is None or not launcher.valid():
@@ -65,8 +65,8 @@ class Route:
             launcher.launch(x.data.ptr, out.data.ptr)
             return out
         out = self.plan.run(x, self.weight, out, check, self.token)
-        if self.token is not None and check:
-            self.bind(x)          # None under capture: the next call runs the plan again
+        if self.token is not None and check and not workspace.is_capturing():
+            self.bind(x)          # under capture the next eager call binds it
         return out
 
 
@@ -98,10 +98,11 @@ def _prune(routes: dict) -> None:
         del routes[key]
 
 
-def launch(plan, x, w, out, check: bool = True, weight_token=None):
-    """Launch ``plan`` on checked, kernel-ready ``x``, ``w``, ``out`` through its route (a call
-    no launcher can take, without a token or with ``check=False``, keeps no route)."""
-    if weight_token is None or not check:
+def launch(plan, x, w, out, check: bool = True, weight_token=None, copied_weight: bool = False):
+    """Launch ``plan`` on checked, kernel-ready ``x``, ``w``, ``out`` through its route.  A call
+    no launcher should take keeps no route: without a token, with ``check=False``, or with a
+    ``copied_weight`` (the caller's weight was copied for the kernels: new memory every call)."""
+    if weight_token is None or not check or copied_weight:
         return plan.run(x, w, out, check, weight_token)
     return route(plan, w, weight_token)(x, out, check)
 

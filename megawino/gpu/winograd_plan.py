@@ -209,11 +209,11 @@ class Plan:
 
     # ---- running -------------------------------------------------------
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
-        """Launch the layer on the current stream and return ``out`` (allocated when None)
-        without waiting.  ``check``: first raise for an earlier launch of this plan whose
-        watchdog fired (its status already arrived); ``weight_token``: see megawino.gpu.weights.
-        Checked once, launched through the plan's route (megawino.gpu.route)."""
-        return route.launch(self, *prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+        """Launch the layer through the plan's route (megawino.gpu.route) on the current stream,
+        return ``out`` (allocated when None) without waiting.  ``check``: first raise for a launch
+        whose watchdog fired (its status arrived); ``weight_token``: see megawino.gpu.weights."""
+        x, ready_w, out = prepare_call(self.spec, self.device, x, w, out)
+        return route.launch(self, x, ready_w, out, check, weight_token, copied_weight=ready_w is not w)
 
     def run(self, x, w, out, check: bool = True, weight_token=None):
         """One launch on arrays already checked and made ready (``call_checks.prepare_call``), the
