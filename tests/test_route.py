@@ -136,3 +136,63 @@ def test_the_plan_cache_drops_the_routes_of_a_plan_it_drops(monkeypatch):
     assert first.evicted and not hasattr(first, "_routes")    # its workspaces are not kept by a route
     cache.clear()
     assert second.evicted and not hasattr(second, "_routes")
+
+
+class FakeDeviceArray:
+    """A CuPy array's surface over a NumPy array: shape, dtype, device, flags, pointer, size."""
+
+    def __init__(self, host, ptr=None):
+        self.host, self.shape, self.dtype, self.ndim = host, host.shape, host.dtype, host.ndim
+        self.device = types.SimpleNamespace(id=0)
+        self.flags = types.SimpleNamespace(c_contiguous=host.flags.c_contiguous)
+        self.data = types.SimpleNamespace(ptr=host.ctypes.data if ptr is None else ptr)
+        self.nbytes = host.nbytes
+
+
+class FakeRuntimePlan(FakePlan):
+    def __init__(self, spec):
+        super().__init__()
+        self.spec, self.evicted = spec, False
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """megawino.conv2d's GPU path on fake device arrays: plans are FakeRuntimePlans."""
+    import numpy as np
+    from megawino import runtime
+    from megawino.gpu import call_checks, nvrtc
+    cupy = types.SimpleNamespace(ndarray=FakeDeviceArray,
+                                 cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)),
+                                 empty=lambda shape, dtype: FakeDeviceArray(np.empty(shape, dtype)))
+    for module in (runtime, call_checks, nvrtc, routes.workspace):
+        monkeypatch.setattr(module, "cupy_module", lambda: cupy)
+    made = []
+    monkeypatch.setattr(runtime, "plan", lambda spec, algo, gemm_math: made.append(FakeRuntimePlan(spec)) or made[-1])
+    runtime.clear_cache()
+    yield made
+    runtime.clear_cache()
+
+
+def test_conv2d_checks_then_binds_its_route_once(fake_cupy):
+    import numpy as np
+    import megawino
+    rng = np.random.default_rng(5)
+    x = FakeDeviceArray(rng.standard_normal((1, 4, 6, 6), dtype=np.float32))
+    w = FakeDeviceArray(rng.standard_normal((8, 4, 3, 3), dtype=np.float32), ptr=0x1000)
+    outs = [FakeDeviceArray(np.empty((1, 8, 6, 6), np.float32), ptr=0x2000 + 0x400 * i) for i in range(3)]
+    for out in outs:
+        assert megawino.conv2d(x, w, padding=1, algo="megakernel", out=out, weight_token="w1") is out
+    plan, = fake_cupy
+    assert kinds(plan) == ["run", "launcher", "launcher"] and len(plan.launchers) == 1
+    megawino.conv2d(x, w, padding=1, algo="megakernel", out=outs[0], weight_token="w1", check=False)
+    megawino.conv2d(x, w, padding=1, algo="megakernel", out=outs[0])
+    assert kinds(plan)[3:] == ["run", "run"]
+    # The plans' checks, before anything launches: dtype, aliasing, channels.
+    with pytest.raises(ValueError, match="x has dtype float64"):
+        megawino.conv2d(FakeDeviceArray(np.zeros((1, 4, 6, 6))), w, padding=1, algo="megakernel")
+    with pytest.raises(ValueError, match="out overlaps x"):
+        megawino.conv2d(x, w, padding=1, algo="megakernel", out=FakeDeviceArray(np.empty((1, 8, 6, 6), np.float32),
+                                                                              ptr=x.data.ptr))
+    with pytest.raises(ValueError, match="C=4 channels but w expects C=3"):
+        megawino.conv2d(x, FakeDeviceArray(np.zeros((8, 3, 3, 3), np.float32)), padding=1, algo="megakernel")
+    assert len(plan.log) == 5 and len(fake_cupy) == 1
