@@ -287,9 +287,7 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
 template <int M, bool NHWC, int NHWC_CPT>
 __device__ __forceinline__ void input_transform_task(const Params& p, const float* x, int group, int index,
                                                      float* sbuf) {
-#ifdef MW_TRANSFORMS_FREE
-  // Diagnostic build (bench/experiments/free_stage_bounds.sh): input tasks cost nothing.
-  (void)p, (void)x, (void)group, (void)index, (void)sbuf;
+#ifdef MW_TRANSFORMS_FREE   // a diagnostic build (cuda/diagnostics.cuh)
   return;
 #endif
   if constexpr (NHWC) {
