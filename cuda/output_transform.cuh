@@ -171,7 +171,11 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
   const float* Mb = reinterpret_cast<const float*>(p.Mbuf) - o.row_shift * o.ks;   // indexed by tile id
   const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
   const long long y_plane = static_cast<long long>(out_h) * out_w;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // %tid.x through thread_index in the builds that reread Params (REREAD_PARAMS), so that the
+  // staging offsets derived from it are not hoisted out of the ticket loop (and spilled).
+  unsigned tid = threadIdx.x;
+  if constexpr (REREAD_PARAMS) tid = static_cast<unsigned>(thread_index());
+  const int lane = tid & 31, warp = tid >> 5;
   // The pixel this thread writes out of every round: output row pixel_row of the round's tile
   // pixel_tile, column pixel_col.
   const int pixel = threadIdx.x % ROUND_PIXELS;

@@ -38,6 +38,9 @@
 #define MW_GEMM_WGMMA 0
 #endif
 #endif
+#if MW_GEMM_WGMMA && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "MW_GEMM_WGMMA=1: the wgmma family needs the sm_90a target (-arch=sm_90a)"
+#endif
 // The BF16x3 warpgroup-MMA build keeps V and U as split BF16 operands (hi and lo parts, written
 // by the transforms: cuda/split_operand.cuh, megawino.core.abi.split_bf16), so that its GEMM
 // multiplies straight from shared memory; every other build keeps them float32.
@@ -58,6 +61,17 @@ namespace mw {
 __device__ __forceinline__ long long ring_shift(const Params& p, int group) {
   const int slots = static_cast<int>(p.buffer_groups);
   return static_cast<long long>(group / slots) * slots * p.tiles_per_group;
+}
+
+// Whether a transform loop reads the Params fields it derives addresses from again in every
+// iteration (reread: a volatile load, which the compiler neither hoists nor merges), instead of
+// keeping the derived values live across the loop body: the builds without wgmma (every GPU but
+// sm_90a, and the FFMA build) spill those values under the megakernel's 128-register cap
+// otherwise; the wgmma builds keep them, as measured.
+constexpr bool REREAD_PARAMS = !MW_GEMM_WGMMA;
+template <class T>
+__device__ __forceinline__ T reread(const T& field) {
+  return *static_cast<const volatile T*>(&field);
 }
 }  // namespace mw
 
