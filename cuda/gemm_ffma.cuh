@@ -32,7 +32,9 @@ struct FfmaFragments {
   static constexpr int ACC_ROWS = MI;   // acc[i]: row tr + 16 i, columns tc * 4 + [0, 4)
   using Acc = float[ACC_ROWS][4];
 
-  static __device__ __forceinline__ int tid() { return static_cast<int>(threadIdx.x); }
+  // %tid.x through thread_index, as Tf32x3Fragments: hoisted out of the megakernel's ticket loop,
+  // the tile's tid-derived offsets spill on sm_86 and sm_89 (m=4 NHWC).
+  static __device__ __forceinline__ int tid() { return thread_index(); }
 
   int tr, tc;
   __device__ __forceinline__ FfmaFragments(int lane, int warp)

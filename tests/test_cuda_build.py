@@ -6,7 +6,7 @@ Every variant the runtime builds (m, layout, tracing, GEMM arithmetic; the point
 modules) compiles for sm_90a (the wgmma family) and sm_80 (the mma.sync and FFMA families every
 other architecture runs); sm_86, sm_89 and sm_100 compile the default variant of each module,
 which runs the same family's code as sm_80 (MEGAWINO_BUILD_EVERY_ARCH=1 compiles every variant
-for them too; the few that still spill there are KNOWN_SPILLS, strict xfails).  The compiles run in parallel, one per CPU, before the first test reads them."""
+for them too; the one that still spills there is in KNOWN_SPILLS, a strict xfail).  The compiles run in parallel, one per CPU, before the first test reads them."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -122,12 +122,9 @@ def test_every_arch_builds_every_module():
 
 
 # Builds that still spill, which only MEGAWINO_BUILD_EVERY_ARCH=1 compiles (strict xfail: a fix
-# makes the test fail until its entry goes): the FFMA megakernel at m=4 NHWC for sm_86 and sm_89
-# (the GEMM task's V / M pointers and the NHWC input transform's image sizes, 16 B), and the
-# direct kernel's default tile in NHWC with flushing for sm_100 (8 B, direct_conv.cuh).
+# makes the test fail until its entry goes): the direct kernel's default tile in NHWC with
+# flushing for sm_100 (8 B, direct_conv.cuh).
 KNOWN_SPILLS = {
-    "sm_86 megakernel.cu MW_M=4 MW_NHWC=1 MW_GEMM_TF32X3=0 MW_GEMM_BF16X3=0": "FFMA megakernel, m=4 NHWC",
-    "sm_89 megakernel.cu MW_M=4 MW_NHWC=1 MW_GEMM_TF32X3=0 MW_GEMM_BF16X3=0": "FFMA megakernel, m=4 NHWC",
     _variant_id(("sm_100", "direct.cu", DEFAULT_CONFIG.defines(True, FLUSH_TERMS))): "direct kernel, NHWC, flushing",
 }
 
