@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 SOURCES = sorted(p.name for p in cuda_dir().glob("*.cu"))
 WINOGRAD_SOURCES = ("megakernel.cu", "nonfused.cu")
-# The targets NVRTC builds for each GPU: sm_90a where the wgmma family exists (megawino.gpu.nvrtc
-# ARCH_SPECIFIC_TARGETS), the plain architecture elsewhere.
+# The targets NVRTC builds for each GPU: sm_90a where the wgmma family exists (ARCH_SPECIFIC_TARGETS,
+# which megawino.gpu.nvrtc.arch_options reads), the plain architecture elsewhere.
 ARCH_OPTIONS = {"sm_80": ("-arch=sm_80",), "sm_86": ("-arch=sm_86",), "sm_89": ("-arch=sm_89",),
                 "sm_90a": ("-gencode=arch=compute_90a,code=sm_90a",), "sm_100": ("-arch=sm_100",)}
 EVERY_VARIANT_ARCHS = ("sm_80", "sm_90a")
