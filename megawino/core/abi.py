@@ -29,7 +29,7 @@ from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 OPERAND_FORMATS = ("float32", "float32_u_paired", "float32_u_transposed", "split_bf16")
 # Stored position i of each 16 channels of a "float32_u_paired" U row holds channel
 # PAIRED_CHANNELS[i] of them: position 8 q + l is the k8 step q's logical k l, which the A
-# fragment (cuda/gemm.cuh split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
+# fragment (cuda/gemm_arithmetic.cuh Tf32x3::split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
 PAIRED_CHANNELS = tuple(4 * (i % 4) + 2 * (i // 8) + (i // 4) % 2 for i in range(16))
 _PAIRED_POSITIONS = [PAIRED_CHANNELS.index(c) for c in range(16)]   # the stored position of each channel
 
