@@ -28,7 +28,7 @@ from .direct.plan import DirectPlan
 from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
 from .core.resources import cuda_dir, source_hash
-from .core.spec import LayerSpec
+from .core.spec import LayerSpec, pair_value
 from .core.tasks import TaskParams
 from .gpu.workspace import set_allocator
 
@@ -45,15 +45,6 @@ def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
     from .tuning.table import current_gpu_key
     return current_gpu_key()
-
-
-def _int_arg(name: str, value, minimum: int) -> int:
-    """An exact integer >= minimum (bool and float are refused, NumPy integers accepted)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
@@ -226,18 +217,19 @@ def _conv_cpu(x, w, stride, padding, algo, layout, gemm_math, out):
                       padding=padding, layout=layout)
 
 
-def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW",
+def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
            gemm_math: str = DEFAULT_GEMM_MATH, out=None, weight_token=None, check: bool = True):
     """Convolution (cross-correlation).  ``x`` is [N][C][H][W] (NCHW) or [N][H][W][C] (NHWC),
     ``w`` is [K][C][R][S]; returns the output in the input's layout (``out`` when given).
+    ``stride`` and ``padding``: an int, or an (h, w) pair (run by the direct path).
 
     CuPy arrays (or DLPack GPU tensors) run on the GPU, asynchronously on CuPy's current stream;
     NumPy arrays run the CPU reference path.  ``algo``: ``"auto"`` (the fastest for the shape),
     ``megakernel``, ``nonfused`` or ``direct``.  ``gemm_math``: the Winograd GEMM's arithmetic.
     ``weight_token``: a hashable naming this weight's contents; prepared weights are reused while
     it stays the same.  ``check``: raise first for an earlier launch whose watchdog fired."""
-    stride = _int_arg("stride", stride, 1)
-    padding = _int_arg("padding", padding, 0)
+    stride = pair_value("stride", stride, 1)
+    padding = pair_value("padding", padding, 0)
     if algo not in ("auto", "cpu") + ALGOS:
         raise ValueError(f"algo must be one of {('auto',) + ALGOS}, got {algo!r}")
     if layout not in LAYOUTS:
