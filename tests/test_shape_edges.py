@@ -155,6 +155,13 @@ def test_plans_host_side_every_edge(spec):
 # Stride and padding pairs: one layer, one spelling, one table key
 # ---------------------------------------------------------------------------
 
+@EDGE_SETTINGS
+@given(spec=direct_layers())
+def test_shape_strings_round_trip(spec):
+    """A layer's shape string (the key of the tuned tables) parses back to the layer."""
+    assert parse_shape(spec.shape_string, spec.layout) == spec
+
+
 def test_layer_spec_pairs_keep_single_values_as_they_were():
     assert LayerSpec(2, 3, 4, 9, 7, stride=(2, 2), padding=[1, 1]) == LayerSpec(2, 3, 4, 9, 7, stride=2, padding=1)
     single = LayerSpec(2, 3, 4, 9, 7, stride=2, padding=0)

@@ -148,7 +148,7 @@ class LayerSpec:
             text += f"r{self.R}s{self.S}"
         if self.stride != 1:
             text += f"u{_pair_text(self.stride)}"
-        if self.padding != 1:
+        if self.padding != 1 or self.R // 2 != 1:       # parse_shape's default: R // 2 where r is given
             text += f"p{_pair_text(self.padding)}"
         return text
 
