@@ -87,6 +87,20 @@ def test_direct_emulation_every_edge(spec):
     assert rel_l2(_nchw(spec, y), _reference(spec, x, w)) < 1e-12, spec.describe()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("spec", [LayerSpec(1, 64, 3, 9, 10, R=7, S=5, stride=(1, 2), padding=(3, 2)),
+                                  LayerSpec(2, 320, 1, 5, 17, R=1, S=7, stride=1, padding=(0, 3)),
+                                  LayerSpec(1, 320, 5, 17, 3, R=7, S=1, stride=(2, 1), padding=(3, 0))],
+                         ids=lambda s: s.shape_string)
+def test_direct_emulation_pairs_with_the_flush(spec, layout):
+    """Reductions long enough for the chunked flush (C*R*S > FLUSH_MIN_CRS) with pairs."""
+    spec = spec.with_(layout=layout)
+    assert flush_terms(spec)
+    x, xl, w = _inputs(spec)
+    y = emulate_direct(xl, w, spec.stride, spec.padding, spec.layout)
+    assert rel_l2(_nchw(spec, y), _reference(spec, x, w)) < 1e-12
+
+
 @EDGE_SETTINGS
 @given(spec=direct_layers())
 def test_direct_plan_host_side_every_edge(spec):

@@ -54,10 +54,7 @@ def _pair(value, name: str, minimum: int):
     items = tuple(value) if isinstance(value, (tuple, list, torch.Size)) else (value,)
     if len(items) not in (1, 2):
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    items = tuple(_integer(v, name) for v in items)
-    if min(items) < minimum:
-        raise ValueError(f"{name} must be {'positive' if minimum else 'non-negative'}, got {value!r}")
-    return pair_value(name, items, minimum)
+    return pair_value(name, tuple(_integer(v, name) for v in items), minimum)
 
 
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
