@@ -154,7 +154,7 @@ def test_torch_one_output_channel_layers_on_every_path(c, k, r, padding, channel
     claims the layer, and the per-layer choice, give the float64 result."""
     torch = _torch()
     from megawino.torch import functional
-    from megawino.torch.gpu import candidate_algos
+    from megawino.torch.gpu import candidate_algos, is_channels_last
     g = torch.Generator(device="cuda").manual_seed(4)
     x = torch.rand(2, c, 12, 12, generator=g, device="cuda") * 2.5 - 0.5
     weight = torch.rand(k, c, r, r, generator=g, device="cuda") * 2.5 - 0.5
@@ -162,7 +162,8 @@ def test_torch_one_output_channel_layers_on_every_path(c, k, r, padding, channel
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     ref = torch.nn.functional.conv2d(x.double(), weight.double(), bias.double(), 1, padding)
-    spec = LayerSpec(2, c, k, 12, 12, r, r, 1, padding, "NHWC" if channels_last else "NCHW")
+    # One input channel: a channels_last tensor is also contiguous, and runs as NCHW.
+    spec = LayerSpec(2, c, k, 12, 12, r, r, 1, padding, "NHWC" if is_channels_last(x) else "NCHW")
     with torch.no_grad():
         for algo in ("auto",) + tuple(a for a in candidate_algos(spec) if a != "pytorch"):
             for _ in range(2):
