@@ -292,6 +292,17 @@ class CudnnConv:
         self.xd = self.yd = self.wd = self.cd = ctypes.c_void_p()
 
 
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def results_path(name: str, suffix: str = ".json") -> Path:
+    """``bench/results/<gpu>/<name><suffix>``: each tool keeps only its latest run per GPU
+    (older runs are in git history); ``cpu`` names the folder on a machine without a GPU."""
+    from megawino.gpu.identity import device_name, gpu_key
+    device = device_name()
+    return RESULTS_DIR / (gpu_key(device) if device else "cpu") / f"{name}{suffix}"
+
+
 def git_commit(repo_root) -> str | None:
     """HEAD of the checkout at ``repo_root``, with "+dirty" when tracked files differ (None: no git)."""
     import subprocess

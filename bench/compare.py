@@ -5,10 +5,10 @@ cuDNN float32 through PyTorch (NCHW and channels_last), PyTorch's default TF32 c
 ctypes, and the Winograd GEMM stage alone against cuBLAS SGEMM.
 
     python bench/compare.py [--suite winograd|direct] [--batch N] [--layers a,b]
-                            [--reps R] [--out bench/results/h100.json] [--quick]
+                            [--reps R] [--out bench/results/<gpu>/compare.json] [--quick]
 
 Every backend of every layer is guarded: a failure marks that column "n/a: why"
-and the run goes on; the JSON is rewritten after every layer. See bench/README.md.
+and the run goes on; the JSON is rewritten after every layer. See docs/benchmarks.md.
 This file is the command line, the derived numbers, the table and the JSON; the
 device-side runner (:class:`Bench`) is in compare_backends.py.
 """
@@ -35,7 +35,7 @@ if str(BENCH_DIR) not in sys.path:
 
 import compare_backends  # noqa: E402
 from common import (CUDNN_ALGOS, find_loaded_library, geomean, json_clean, layer_record, median,  # noqa: E402
-                    ratio, short_error, tflops)
+                    ratio, results_path, short_error, tflops)
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
 # The device side is compare_backends.py; these stay reachable as compare.<name>.
@@ -43,7 +43,6 @@ NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entr
 
 PRIMARY = {"winograd": "megakernel", "direct": "direct"}
 BACKENDS = ("ours", "prepared", "other_layout", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
-DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "h100.json"
 TOLERANCE = 1e-4     # rel. L2 vs cuDNN float32 above which a layer is flagged
 
 
@@ -55,7 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", default=None, help="comma-separated layer names (default: all)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 20; 5 with --quick)")
     p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 5; 2 with --quick)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file (folder is created)")
+    p.add_argument("--out", default=None,
+                   help="JSON results file (folder is created; default bench/results/<gpu>/compare.json, "
+                        "compare-direct.json for --suite direct)")
     p.add_argument("--quick", action="store_true", help="5 reps, first 4 layers")
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
                    help="layout of megawino's input and output (cuDNN runs both anyway)")
@@ -325,7 +326,7 @@ def main(argv=None) -> int:
     specs = select_specs(load_suite(args.suite_file, suite=args.suite, batch=args.batch,
                                     layout=args.layout), args.layer_names, args.quick)
     primary = PRIMARY[args.suite]
-    out = Path(args.out)
+    out = Path(args.out) if args.out else results_path("compare" if args.suite == "winograd" else "compare-direct")
     try:
         bench = Bench(args, primary)
     except Exception as err:           # no CuPy / no GPU: say so in the JSON too

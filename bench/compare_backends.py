@@ -267,7 +267,9 @@ class Bench:
         out = plan(xs[0], w, out=y, check=True)
         out = y if out is None else out
         cp.cuda.get_current_stream().synchronize()
+        source = getattr(plan, "choice", None)      # where a Winograd plan's parameters came from
         entry = {"algo": algo, "plan": repr(plan), "layout": spec.layout,
+                 "parameters_from": source.as_dict() if hasattr(source, "as_dict") else None,
                  "blocks_per_sm": getattr(plan, "blocks_per_sm", None), "grid": getattr(plan, "grid", None)}
         self._verify(entry, self._to_nchw(out, spec.layout), ref)
         fn = lambda x: plan(x, w, out=y, check=False)  # noqa: E731

@@ -10,9 +10,9 @@ and top-1 agreement with it on random inputs (classification models; the YOLOv3-
 model's outputs are detection maps: no top-1).  Then the host time per call of
 ``megawino.torch.conv2d`` on a tiny cached layer against ``F.conv2d``.
 
-    python3 bench/models.py                        # every model, writes bench/results/h100-models.json
+    python3 bench/models.py                        # every model, writes bench/results/<gpu>/models.json
     python3 bench/models.py --models resnet50 --batches 1 --quick
-    python3 bench/models.py --models resnet50 --gemm-math bf16x3 --json bench/results/h100-models-bf16x3.json
+    python3 bench/models.py --models resnet50 --gemm-math bf16x3 --json models-bf16x3.json
 
 ``--gemm-math`` picks the converted model's GEMM arithmetic (``convert(..., gemm_math=...)``),
 recorded in the JSON, in each row beside its errors and in the table's title; the PyTorch TF32
@@ -20,7 +20,7 @@ column is the natural comparison for the TF32-grade ``bf16x3``.
 
 Models: torchvision's ResNet-50, VGG-16 and DenseNet-161 (random weights, eval mode) and the
 YOLOv3-style network of bench/darknet.py at 416x416.  One model failing records its error and
-the run goes on.
+the run goes on.  ``--zoo``: every torchvision classification model instead (bench/zoo.py).
 """
 from __future__ import annotations
 
@@ -38,11 +38,10 @@ REPO_ROOT = BENCH_DIR.parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from common import free_gpu_memory, git_commit, json_clean, set_fp32_precision, short_error  # noqa: E402
+from common import free_gpu_memory, git_commit, json_clean, results_path, set_fp32_precision, short_error  # noqa: E402
 from host_overhead import host_overhead, overhead_table  # noqa: E402
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
-DEFAULT_JSON = BENCH_DIR / "results" / "h100-models.json"
 # model -> (batches, input resolution, classification: top-1 is meaningful)
 MODELS = {
     "resnet50": ((1, 8, 64), 224, True),
@@ -206,6 +205,15 @@ def bench_model(name: str, batch: int, reps: int, seed: int, gemm_math: str = DE
     return row
 
 
+def cudnn_version() -> int | None:
+    """cuDNN's version, None where torch cannot say (a CUDA build of torch without a GPU raises)."""
+    import torch
+    try:
+        return torch.backends.cudnn.version()
+    except Exception:
+        return None
+
+
 def free_runtime_caches() -> None:
     """Drop megawino's plans and prepared weights (their memory is torch's until then)."""
     import megawino
@@ -218,12 +226,15 @@ def free_runtime_caches() -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--models", default=None,
+                   help=f"comma-separated, of {', '.join(MODELS)} (default: all); with --zoo, torchvision names")
     p.add_argument("--batches", default=None,
                    help="comma-separated batch sizes for every model (default: each model's own)")
     p.add_argument("--reps", type=int, default=None, help="timed forwards per variant (default 20; 5 with --quick)")
     p.add_argument("--overhead-calls", type=int, default=2000, help="back-to-back calls per overhead row")
-    p.add_argument("--json", default=str(DEFAULT_JSON), help="results file (its folder is created)")
+    p.add_argument("--json", default=None,
+                   help="results file (its folder is created; default bench/results/<gpu>/models.json, "
+                        "with --zoo models-zoo.json)")
     p.add_argument("--quick", action="store_true", help="5 reps, each model's smallest batch only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gemm-math", choices=tuple(GEMM_MATHS), default=DEFAULT_GEMM_MATH,
@@ -231,8 +242,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"default {DEFAULT_GEMM_MATH})")
     p.add_argument("--no-graphs", dest="graphs", action="store_false",
                    help="skip the CUDA-graph replays of each variant (timed by default)")
+    zoo = p.add_argument_group("--zoo: every torchvision classification model (bench/zoo.py)")
+    zoo.add_argument("--zoo", action="store_true", help="run the zoo instead of the models above")
+    zoo.add_argument("--batch", type=int, default=8, help="the zoo's batch size (default 8)")
+    zoo.add_argument("--resolution", type=int, default=None,
+                     help="the zoo's input size (default 224; 299 for inception_v3)")
+    zoo.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                     help="cpu: a dry run of the zoo's records on the CPU executor, no timings")
     args = p.parse_args(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    names = args.models.split(",") if args.models is not None else ([] if args.zoo else list(MODELS))
+    args.models = [m.strip() for m in names if m.strip()]
+    if args.zoo:
+        if args.batch < 1 or (args.resolution is not None and args.resolution < 32):
+            p.error("--batch must be positive and --resolution at least 32")
+        args.reps = args.reps if args.reps is not None else 10
+        if args.reps < 1:
+            p.error("--reps must be positive")
+        return args
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
@@ -287,6 +314,9 @@ def results_table(rows: list[dict], gemm_math: str = DEFAULT_GEMM_MATH):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.zoo:
+        from zoo import run_zoo
+        return run_zoo(args)
     import torch
     from rich.console import Console
     from rich.progress import Progress
@@ -325,13 +355,13 @@ def main(argv=None) -> int:
     except ImportError:
         torchvision_version = None
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "torchvision": torchvision_version,
-              "git_commit": git_commit(REPO_ROOT), "argv": sys.argv[1:] if argv is None else list(argv),
+              "cudnn": cudnn_version(), "torchvision": torchvision_version,
+              "git_commit": git_commit(REPO_ROOT), "argv": args.argv,
               "reps": args.reps, "input_sets": INPUT_SETS, "quick": args.quick,
               "gemm_math": args.gemm_math, "choice_margin": choice_margin(),
               "choice_timing": choice_timing(), "rows": rows,
               "host_overhead": overhead}
-    out = Path(args.json)
+    out = Path(args.json) if args.json else results_path("models")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(json_clean(record), indent=1) + "\n")
     console.print(f"wrote {out}")

@@ -1,18 +1,24 @@
 """Render the README's result tables from the committed result files, so no figure is typed by
-hand: the suite status (``bench/results/h100.json`` of bench/compare.py) and the whole models
-(``bench/results/h100-models.json`` of bench/models.py).
+hand: the suite status (``bench/results/<gpu>/compare.json`` of bench/compare.py) and the whole
+models (``bench/results/<gpu>/models.json`` of bench/models.py).
 
-    python3 bench/readme_tables.py status [PATH]
-    python3 bench/readme_tables.py models [PATH]
+    python3 bench/readme_tables.py status [--gpu h100] [PATH]
+    python3 bench/readme_tables.py models [--gpu h100] [PATH]
+    python3 bench/readme_tables.py status --gpu h200 --readme   # rewrite README.md's table in place
+
+``--readme`` replaces the lines between ``<!-- readme_tables TABLE GPU -->`` (any GPU) and
+``<!-- /readme_tables -->`` in README.md, and the marker's GPU.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+README = Path(__file__).resolve().parent.parent / "README.md"
 MISSING = "—"        # a column the results file does not have (an older run)
 MODEL_NAMES = {"resnet50": "ResNet-50", "vgg16": "VGG-16", "densenet161": "DenseNet-161",
                "yolov3": "YOLOv3-style"}
@@ -90,14 +96,30 @@ def models_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def replace_in_readme(text: str, table: str, gpu: str, rendered: str) -> str:
+    """README text with the block of ``table`` replaced by ``rendered`` (ValueError: no block)."""
+    pattern = re.compile(rf"<!-- readme_tables {table} \S+ -->\n.*?<!-- /readme_tables -->", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"README.md has no '<!-- readme_tables {table} GPU -->' block")
+    block = f"<!-- readme_tables {table} {gpu} -->\n{rendered}\n<!-- /readme_tables -->"
+    return pattern.sub(lambda _: block, text, count=1)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", choices=("status", "models"))
-    parser.add_argument("path", nargs="?", help="results file (default: the committed one)")
+    parser.add_argument("path", nargs="?", help="results file (default: the GPU's committed one)")
+    parser.add_argument("--gpu", default="h100", help="the folder of bench/results/ to read (default h100)")
+    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args(argv)
-    default = RESULTS / ("h100.json" if args.table == "status" else "h100-models.json")
+    default = RESULTS / args.gpu / ("compare.json" if args.table == "status" else "models.json")
     data = json.loads(Path(args.path or default).read_text())
-    print(status_table(data) if args.table == "status" else models_table(data))
+    rendered = status_table(data) if args.table == "status" else models_table(data)
+    if args.readme:
+        README.write_text(replace_in_readme(README.read_text(), args.table, args.gpu, rendered))
+        print(f"wrote the {args.table} table into {README}")
+    else:
+        print(rendered)
 
 
 if __name__ == "__main__":

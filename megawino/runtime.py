@@ -28,7 +28,8 @@ from .direct.plan import DirectPlan
 from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
 from .core.resources import cuda_dir, source_hash
-from .core.spec import LayerSpec, pair_value
+from .core.arguments import check_float32, pair_argument
+from .core.spec import LayerSpec
 from .core.tasks import TaskParams
 from .gpu.workspace import set_allocator
 
@@ -39,11 +40,12 @@ __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "cho
 ALGOS = KERNEL_KINDS + ("direct", "pointwise")
 LAYOUTS = ("NCHW", "NHWC")
 ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
+PLAN_CACHE_MAX = 1 << 20          # plans: far more shapes than any network has
 
 
 def gpu_name_key() -> str:
     """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    from .tuning.table import current_gpu_key
+    from .gpu.identity import current_gpu_key
     return current_gpu_key()
 
 
@@ -122,7 +124,7 @@ class _PlanCache:
 
 
 def _plan_cache_limit() -> int:
-    return env_number(ENV_PLAN_CACHE, 512, int, 1)
+    return env_number(ENV_PLAN_CACHE, 512, int, 1, PLAN_CACHE_MAX)
 
 
 PLANS = _PlanCache()
@@ -213,8 +215,7 @@ def _conv_cpu(x, w, stride, padding, algo, layout, gemm_math, out):
                          f"{stride}: pass CuPy arrays to run it on the GPU")
     if algo not in ("auto", "cpu"):
         raise ValueError(f"NumPy inputs run on the CPU: algo must be 'auto' or 'cpu', got {algo!r}")
-    return conv2d_cpu(np.asarray(x, dtype=np.float32), np.asarray(w, dtype=np.float32),
-                      padding=padding, layout=layout)
+    return conv2d_cpu(x, w, padding=padding, layout=layout)
 
 
 def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
@@ -228,8 +229,8 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
     ``megakernel``, ``nonfused`` or ``direct``.  ``gemm_math``: the Winograd GEMM's arithmetic.
     ``weight_token``: a hashable naming this weight's contents; prepared weights are reused while
     it stays the same.  ``check``: raise first for an earlier launch whose watchdog fired."""
-    stride = pair_value("stride", stride, 1)
-    padding = pair_value("padding", padding, 0)
+    stride = pair_argument("stride", stride, 1)
+    padding = pair_argument("padding", padding, 0)
     if algo not in ("auto", "cpu") + ALGOS:
         raise ValueError(f"algo must be one of {('auto',) + ALGOS}, got {algo!r}")
     if layout not in LAYOUTS:
@@ -249,14 +250,15 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
     if isinstance(x, np.ndarray) or isinstance(w, np.ndarray):
         if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)):
             raise ValueError("x and w must both be NumPy arrays (CPU) or both GPU arrays")
+        for name, arr in (("x", x), ("w", w)):
+            check_float32(name, arr)
         return _conv_cpu(x, w, stride, padding, algo, layout, gemm_math, out)
     if algo == "cpu":
         raise ValueError("algo='cpu' needs NumPy arrays")
     cupy = cupy_module()
     x, w = as_cupy(x, "x"), as_cupy(w, "w")
     for name, arr in (("x", x), ("w", w)):
-        if arr.dtype != np.float32:
-            raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
+        check_float32(name, arr)
     device = cupy.cuda.runtime.getDevice()
     if x.device.id != device or w.device.id != device:
         raise ValueError(f"x is on device {x.device.id} and w on device {w.device.id}, the current "

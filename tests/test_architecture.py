@@ -17,13 +17,16 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "megawino"
 MAX_MODULE_LINES = 400
 
 # The layers, lowest first (docs/design.md, "Packages"): a module may import modules of its own
-# package or of a lower layer.  A module belongs to the longest prefix listed; tuning.table (the
-# lookup the plans need) sits below the GPU packages, tuning's search and direct tuner above them.
+# package or of a lower layer.  A module belongs to the longest prefix listed; gpu.identity (which
+# GPU this is) sits below the tables, tuning.table and tuning.choice (the lookup the plans need)
+# below the GPU packages, tuning's search and direct tuner above them.
 LAYERS = [
     ("megawino.core",),
     ("megawino.schedule",),
     ("megawino.cpu",),
+    ("megawino.gpu.identity",),
     ("megawino.tuning.table",),
+    ("megawino.tuning.choice",),
     ("megawino.gpu",),
     ("megawino.direct",),
     ("megawino.runtime",),

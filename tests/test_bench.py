@@ -106,7 +106,7 @@ def test_parse_args_defaults_and_quick():
     assert (a.suite, a.batch, a.reps, a.warmup, a.quick) == ("winograd", None, 20, 5, False)
     assert a.backends == list(compare.BACKENDS) and a.layer_names is None
     assert a.legacy_algos == ["winograd_nonfused", "fft_tiling"]
-    assert Path(a.out) == compare.REPO_ROOT / "bench" / "results" / "h100.json"
+    assert a.out is None          # main() writes bench/results/<gpu>/compare.json
     q = compare.parse_args(["--quick", "--suite", "direct", "--batch", "8", "--layers", "a, b,",
                             "--backends", "cudnn,ours", "--out", "x.json"])
     assert (q.reps, q.warmup, q.suite, q.batch, q.out) == (5, 2, "direct", 8, "x.json")
@@ -330,13 +330,12 @@ def test_help_and_import_without_gpu_libraries():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-BENCH_SCRIPTS = sorted(str(p.relative_to(BENCH)) for p in [*BENCH.glob("*.py"), *BENCH.glob("experiments/*.py")]
-                       if "__main__" in p.read_text(encoding="utf-8"))
+BENCH_SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if "__main__" in p.read_text(encoding="utf-8"))
 
 
-def test_the_bench_scripts_include_the_user_tools_and_the_experiments():
-    assert {"compare.py", "collect_traces.py", "sim_check.py", "run_layer.py",
-            "experiments/trace_overhead.py", "experiments/ab_time.py"} <= set(BENCH_SCRIPTS)
+def test_the_bench_scripts_are_the_user_tools():
+    assert {"compare.py", "models.py", "sanitize.py", "sim_check.py", "ab.py", "readme_tables.py"} \
+        <= set(BENCH_SCRIPTS)
 
 
 @pytest.mark.parametrize("script", BENCH_SCRIPTS)
@@ -364,6 +363,20 @@ def test_main_without_gpu_writes_error_json(tmp_path, monkeypatch):
     assert compare.main(["--quick", "--out", str(out)]) == 2
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and "no CUDA device" in doc["error"]
+
+
+@pytest.mark.parametrize("suite, name", [("winograd", "compare.json"), ("direct", "compare-direct.json")])
+def test_main_default_out_is_the_gpus_results_folder(tmp_path, monkeypatch, suite, name):
+    """Without --out the latest run goes to bench/results/<gpu>/, one file per suite."""
+    class Broken:
+        def __init__(self, *a, **k):
+            raise RuntimeError("no CUDA device")
+    monkeypatch.setattr(compare, "Bench", Broken)
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    from megawino.gpu import identity
+    monkeypatch.setattr(identity, "device_name", lambda: "NVIDIA H200")
+    assert compare.main(["--quick", "--suite", suite]) == 2
+    assert json.loads((tmp_path / "h200" / name).read_text())["complete"] is False
 
 
 def test_main_loop_with_fake_bench(tmp_path, monkeypatch, capsys):
@@ -800,62 +813,13 @@ def test_readme_status_table_tf32_column():
     assert "against PyTorch's TF32 default 2.30" in lines[-1] and "6.0e-04" in lines[-1]
     del data["summary"]["geomean_cudnn_tf32_over_megakernel"]        # a summary from an older run
     assert f"TF32 default {readme_tables.MISSING}" in readme_tables.status_table(data).splitlines()[-1]
-    committed = json.loads((BENCH / "results" / "h100.json").read_text())
+    committed = json.loads((BENCH / "results" / "h100" / "compare.json").read_text())
     rows = [r for r in readme_tables.status_table(committed).splitlines()[2:] if r.startswith("| ")]
     assert len(rows) == len(committed["layers"]) == 18
     for layer, row in zip(committed["layers"], rows):
         tf32_ratio = layer["derived"].get("ratio_cudnn_tf32_over_ours")
         expected = readme_tables.MISSING if tf32_ratio is None else f"{tf32_ratio:.2f}"
         assert row.strip("|").split("|")[column].strip() == expected, row
-
-
-def _error_study():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("tf32_error_study", BENCH / "experiments" / "tf32_error_study.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_error_study_rounding_matches_the_kernel_and_bf16():
-    """TF32 rounding as split_tf32 (ties away from zero, 10 explicit bits), BF16 to nearest even."""
-    study = _error_study()
-    one_ulp_tf32, one_ulp_bf16 = 2.0 ** -10, 2.0 ** -7
-    x = np.array([1 + one_ulp_tf32 / 2, -(1 + one_ulp_tf32 / 2), 1 + one_ulp_tf32 / 2 - 2 ** -23,
-                  1 + 1.5 * one_ulp_tf32, 3.0], np.float32)
-    assert study.round_tf32(x).tolist() == [1 + one_ulp_tf32, -(1 + one_ulp_tf32), 1.0, 1 + 2 * one_ulp_tf32, 3.0]
-    assert study.truncate_tf32(x).tolist() == [1.0, -1.0, 1.0, 1 + one_ulp_tf32, 3.0]
-    ties = np.array([1 + one_ulp_bf16 / 2, 1 + 1.5 * one_ulp_bf16], np.float32)     # to even: down, up
-    assert study.round_bf16(ties).tolist() == [1.0, 1 + 2 * one_ulp_bf16]
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-3, 4, 1000)
-    parts = study.split_parts(a)
-    for name in ("big", "small", "trunc"):          # TF32 bit patterns: low 13 mantissa bits zero
-        assert not np.any(parts[name].view(np.uint32) & np.uint32(0x1FFF)), name
-    for name in ("hi", "lo"):
-        assert not np.any(parts[name].view(np.uint32) & np.uint32(0xFFFF)), name
-    rel = lambda approx: (np.abs(approx.astype(np.float64) - a) / np.abs(a)).max()   # noqa: E731
-    assert 2.0 ** -13 < rel(parts["big"]) <= 2.0 ** -11
-    assert rel(parts["big"] + parts["small"]) <= 2.0 ** -21
-    assert rel(parts["hi"] + parts["lo"]) <= 2.0 ** -16
-
-
-def test_error_study_orders_the_variants():
-    """On a small layer: 3xTF32 and BF16x3 far below emulated PyTorch TF32, 1xTF32 above it,
-    F(4x4) 1xTF32 above F(2x2)'s; the costs as defined (today's default 1)."""
-    study = _error_study()
-    spec = LayerSpec(1, 32, 16, 12, 12, name="small")
-    variants = [v for v in study.VARIANTS if v[0] in ("F2 1x", "F4 1x", "F4 3x", "F4 bf16x3", "F2 2xV")]
-    assert len(variants) == 5
-    for distribution in study.DISTRIBUTIONS:
-        errors = study.measure_layer(spec, distribution, 1, 12, np.random.default_rng(5), variants)
-        tf32 = errors["pytorch-tf32"]
-        assert 1e-5 < tf32 < 1e-3 and errors["fp32-direct"] < tf32 / 50, (distribution, errors)
-        assert errors["F4 3x"] < tf32 / 10 and errors["F4 bf16x3"] < tf32 / 2, (distribution, errors)
-        assert errors["F4 1x"] > errors["F2 1x"] > errors["F2 2xV"] > errors["F4 3x"], (distribution, errors)
-        assert errors["F4 1x"] > tf32, (distribution, errors)
-    assert study.cost(4, "3x") == 1.0 and study.cost(4, "1x") == pytest.approx(1 / 3)
-    assert study.cost(2, "2xV") == pytest.approx(16 / 4 * 2 / 6.75) and study.cost(4, "bf16x3") == 0.5
 
 
 def test_readme_models_table_graph_columns():

@@ -14,11 +14,13 @@ from rich.console import Console
 
 from megawino import sweep
 from megawino.tuning import table as tuning
+from megawino.tuning import choice as tuning_choice
+from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH
 from megawino.cli import mapping as cli_mapping
 from megawino.cli import _strip_lines, main, resolve_layer
 from megawino.schedule.mapping import MappingParams, build_interleaved
 from megawino.core.networks import find_layer, network_layers
-from megawino.core.task_sizes import build_graph
+from megawino.core.task_sizes import build_graph, default_params
 from megawino.core.tasks import TaskType
 from megawino.core.winograd import direct_conv_nchw, rel_l2
 
@@ -165,7 +167,7 @@ def test_mapping_of_a_gemm_output_graph_names_its_tasks(monkeypatch, tmp_path):
     measured on those tasks."""
     import dataclasses
     spec = resolve_layer("n2c32k64h16w16")
-    params = dataclasses.replace(tuning.default_params(spec), fused_output=True, gemm_k_per_task=32)
+    params = dataclasses.replace(default_params(spec), fused_output=True, gemm_k_per_task=32)
     table = {"layers": {}}
     tuning.write_entry(table, spec, params, tuning.MappingParams(8, 8, 1), time_us=1.0)
     path = tmp_path / "table.json"
@@ -183,7 +185,7 @@ def test_mapping_valid_and_counts():
     assert_fits_80(text)
     assert "valid" in text and "invalid" not in text
     spec = resolve_layer("n2c16k16h12w12")
-    graph = build_graph(spec, tuning.choose(spec, cli_mapping._table_key())[0])   # what the CLI ran
+    graph = build_graph(spec, tuning_choice.choose_for_gpu(spec, cli_mapping._gpu(), DEFAULT_GEMM_MATH)[0])   # what the CLI ran
     lay = graph.layout
     counts = next(line for line in text.splitlines() if line.split()[:1] == [str(lay.num_filter_tasks)]
                   and len(line.split()) == 7)
@@ -271,7 +273,7 @@ def test_timeline_export_perfetto(tmp_path):
     trace = json.loads(path.read_text())
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") != "wait"]
     spec = find_layer("resnet50.conv2_x", 64)
-    graph = build_graph(spec, tuning.choose(spec, cli_mapping._table_key())[0])   # what the CLI ran
+    graph = build_graph(spec, tuning_choice.choose_for_gpu(spec, cli_mapping._gpu(), DEFAULT_GEMM_MATH)[0])   # what the CLI ran
     assert len(slices) == graph.num_tasks
     assert {e["cat"] for e in slices} == {TaskType(int(c)).name for c in np.unique(graph.types)}
 
@@ -302,6 +304,24 @@ def test_info():
     for word in ("megawino", "numpy", "networkx", "rich", "cupy", "GPU", "nvcc", "Winograd GEMM", "3xtf32"):
         assert word in text
     assert np.__version__ in text
+
+
+def test_info_names_the_gpus_tables_or_the_tune_command(monkeypatch):
+    """On a GPU megawino has a table for, info names it; on one it has never been measured on
+    (an sm_80 GPU here), it says every layer takes the heuristic and how to tune it."""
+    from megawino.gpu import identity
+    monkeypatch.setattr(sweep, "gpu_status", lambda: (object(), ""))
+    monkeypatch.setattr(sweep, "machine_info", lambda what: {"gpu": "test GPU"})
+    monkeypatch.setattr(identity, "current_identity", lambda: identity.identity_of("NVIDIA H200", "90", sms=132))
+    squeeze = lambda text: "".join(text.split())   # noqa: E731  (rich wraps long paths anywhere)
+    code, text = run(["info"])
+    flat = squeeze(text)
+    assert code == 0 and squeeze("NVIDIA H200 (key h200, sm_90, GEMM on wgmma)") in flat
+    assert squeeze("h200.json (tuned for this GPU, 18 layers); then") in flat and "4.27TB/s" in flat
+    monkeypatch.setattr(identity, "current_identity", lambda: identity.identity_of("NVIDIA A100-SXM4-80GB", "80"))
+    flat = squeeze(run(["info"])[1])
+    assert "GEMMonmma.sync" in flat and squeeze("none: megawino has not been measured on this GPU (a100, sm_80)") in flat
+    assert squeeze("Tune it: megawino tune suite --gemm-math bf16x3") in flat
 
 
 def test_info_shows_cuda_defines(monkeypatch):
@@ -365,7 +385,8 @@ def test_timeline_sim_needs_a_measured_run(capsys, monkeypatch):
 def test_mapping_defaults_come_from_the_table(capsys, monkeypatch):
     monkeypatch.setattr(sweep, "gpu_runtime", lambda: None)
     code, text = run(["mapping", "resnet50.conv3_x"])
-    assert code == 0 and "(defaults: tuned)" in text   # mapping/h100.json holds the suite layers
+    # mapping/h100.json holds the suite layers; without a GPU the default target's tables apply
+    assert code == 0 and "(defaults: tuned for this GPU: h100.json)" in " ".join(text.split())
 
 
 def test_gpu_sweep_table_with_cudnn_fits_80_columns():

@@ -108,7 +108,7 @@ def test_sm90a_bf16x3_build_multiplies_split_operands(source, tmp_path):
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in plain
 
 
-# The diagnostic builds of bench/experiments/free_stage_bounds.sh (wrong outputs by design) keep compiling.
+# The diagnostic builds (timed with bench/ab.py; wrong outputs by design) keep compiling.
 DIAGNOSTIC_VARIANTS = [SM90A + ("-DMW_M=4", "-DMW_GEMM_FREE=2"), SM90A + ("-DMW_M=4", "-DMW_TRANSFORMS_FREE"),
                        SM90A + ("-DMW_M=4", "-DMW_NHWC=1", "-DMW_GEMM_FREE=1", "-DMW_TRANSFORMS_FREE")]
 

@@ -234,7 +234,7 @@ def test_tune_layers_with_fake_timer(tmp_path):
     # zero budget: nothing measured, nothing written as tuned
     table = tune_layers(specs, top=2, budget_s=0, out=tmp_path / "z.json", measure=fake,
                         progress=False)
-    assert table["entries"] == {}
+    assert table["entries"] == {} and not (tmp_path / "z.json").exists()
 
 
 # ---------------------------------------------------------------------------

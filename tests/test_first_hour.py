@@ -6,10 +6,11 @@ import io
 import json
 import os
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -99,10 +100,10 @@ def test_pyproject_keeps_cupy_in_the_gpu_extra():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert not [d for d in project["dependencies"] if "cupy" in d.lower()]
-    assert sorted(project["dependencies"]) == ["networkx", "numpy>=2", "rich"]
+    assert sorted(project["dependencies"]) == ["networkx", "numpy>=2", "rich", "threadpoolctl>=3"]
     extras = project["optional-dependencies"]
     assert extras["gpu"] == ["cupy-cuda13x[ctk]>=14"]
-    assert extras["torch"] == ["torch>=2.1"]
+    assert extras["torch"] == ["torch>=2.4,<2.15"]     # custom_op needs 2.4; the newest tested
     assert "hypothesis" in extras["test"]
     assert project["dynamic"] == ["version"] and "version" not in project
     assert project["license"] == "MIT" and (REPO / "LICENSE").read_text().startswith("MIT License")
@@ -126,7 +127,7 @@ def test_conv2d_cpu_stride_and_shapes_refused():
     x = np.ones((1, 2, 8, 8), np.float32)
     w = np.ones((3, 2, 3, 3), np.float32)
     for stride in (2, 1.0, True):
-        with pytest.raises(ValueError, match="stride 1 only"):
+        with pytest.raises(ValueError, match="stride"):
             megawino.conv2d_cpu(x, w, stride=stride)
     with pytest.raises(ValueError, match="3x3"):
         megawino.conv2d_cpu(x, np.ones((3, 2, 5, 5), np.float32), padding=2)
@@ -156,7 +157,7 @@ def test_conv2d_cpu_batches_bound_its_buffers(monkeypatch, layout):
     assert sum(n for n, _ in seen) == 7 and len(seen) >= 2
     assert all(nbytes <= budget for _, nbytes in seen)
     seen.clear()
-    one_by_one = megawino.conv2d_cpu(x, w, layout=layout, memory_budget=1)   # under one image
+    one_by_one = megawino.conv2d_cpu(x, w, layout=layout, memory_budget=one_image)
     assert [n for n, _ in seen] == [1] * 7
     seen.clear()
     whole = megawino.conv2d_cpu(x, w, layout=layout)
@@ -185,14 +186,19 @@ def test_sweep_reference_in_batches_matches_whole(monkeypatch):
 
 # ---- long CPU work: estimate first, --yes to go on ------------------------------
 
-def test_large_cpu_sweep_refused_with_estimate():
+def test_large_cpu_sweep_refused_with_estimate(monkeypatch, capsys):
     """Batch 256 of VGG-16 holds over 4 GiB of inputs and outputs alone: refused on any CPU,
-    before any layer runs, with the estimate and how to go on."""
-    t0 = time.perf_counter()
-    code, out, err = megawino_cli("sweep", "vgg16", "--batch", "256", "--backend", "cpu")
-    assert time.perf_counter() - t0 < 60
-    assert_one_line_error(code, err, "GiB", "--batch")
+    before any layer runs or is timed (the work counted, not seconds), with the estimate and
+    how to go on."""
+    work = []
+    monkeypatch.setattr(sweep_cpu, "_run_seconds", lambda spec: work.append(spec) or 1.0)
+    monkeypatch.setattr("megawino.sweep.run_layer_cpu", lambda *a, **k: work.append("layer") or pytest.fail("ran"))
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    code = main(["sweep", "vgg16", "--batch", "256", "--backend", "cpu"], console=console)
+    assert_one_line_error(code, capsys.readouterr().err, "GiB", "--batch")
+    out = console.export_text()
     assert "estimate on this CPU:" in out and "vgg16 sweep" not in out
+    assert work == []
 
 
 def test_cpu_sweep_estimate_and_yes(monkeypatch, capsys):
@@ -228,10 +234,8 @@ def test_estimate_scales_with_the_batch():
     (["sweep", "resnet50", "--batch", "two"], ["--batch", "invalid int"]),
     (["timeline", "n2c16k16h12w12", "--sim"], ["unrecognized arguments: --sim"]),
 ])
-def test_cli_failures_are_one_line_and_quick(argv, words):
-    t0 = time.perf_counter()
+def test_cli_failures_are_one_line(argv, words):
     code, _, err = megawino_cli(*argv)
-    assert time.perf_counter() - t0 < 30
     assert code == 2
     assert_one_line_error(code, err, *words)
 
@@ -252,10 +256,8 @@ def test_output_paths_checked_before_the_work(tmp_path, make_path):
     path = make_path(tmp_path)
     for argv in (["sweep", "vgg16", "--batch", "64", "--backend", "cpu", "--yes", "--json", path],
                  ["timeline", "resnet50.conv2_x", "--simulate", "--export", path]):
-        t0 = time.perf_counter()
         code, out, err = megawino_cli(*argv)
-        assert time.perf_counter() - t0 < 30            # refused before the sweep ran
-        assert code == 2 and "estimate" not in out
+        assert code == 2 and "estimate" not in out        # refused before the sweep's estimate
         assert_one_line_error(code, err, "--json" if "--json" in argv else "--export")
 
 
@@ -356,3 +358,87 @@ def test_output_file_written_whole_with_the_usual_mode(tmp_path):
     assert json.loads(target.read_text()) == {"ok": 1}
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+# ---- README.md's commands, as written ---------------------------------------------
+
+README = REPO / "README.md"
+
+
+def _readme_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.S)
+
+
+def _readme_commands() -> list[str]:
+    """The command lines of README.md's bash blocks, comments dropped."""
+    return [line.split("  #")[0].strip() for block in _readme_blocks("bash")
+            for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _on_gpu(code: str) -> bool:
+    return "cupy" in code or "cuda" in code
+
+
+# The README's commands that a test cannot run in place: installing (.ci/run does, see below) and
+# the test suite itself.
+NOT_RUN_HERE = ("pip install", "python3 -m pytest")
+
+
+def _megawino_command(line: str) -> str:
+    """The line with ``megawino`` as installed beside this Python (or ``python -m megawino``)."""
+    script = pathlib.Path(sys.executable).with_name("megawino")
+    exe = shlex.quote(str(script)) if script.exists() else f"{shlex.quote(sys.executable)} -m megawino"
+    return re.sub(r"^megawino\b", exe, line)
+
+
+def test_readme_is_short_and_has_its_commands():
+    assert len(README.read_text().splitlines()) < 250
+    commands = _readme_commands()
+    assert [c for c in commands if c.startswith("megawino ")], commands
+    assert not [c for c in commands if not c.startswith(("megawino ",) + NOT_RUN_HERE)], \
+        "a README command no test runs"
+
+
+@pytest.mark.parametrize("command", [c for c in _readme_commands() if c.startswith("megawino ")])
+def test_readme_cpu_command_runs_as_written(command, tmp_path):
+    """Each CLI line of README.md, on a CPU (GPU hidden), in a fresh folder: exit 0, and the
+    files it names are written."""
+    proc = subprocess.run(["bash", "-c", _megawino_command(command)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=_env(CUDA_VISIBLE_DEVICES=""))
+    assert proc.returncode == 0, (command, proc.stdout[-2000:], proc.stderr[-2000:])
+    for name in re.findall(r"--(?:json|export) (\S+)", command):
+        assert (tmp_path / name).stat().st_size > 0, name
+    if "--json" in command:
+        layers = json.loads((tmp_path / re.search(r"--json (\S+)", command).group(1)).read_text())["layers"]
+        assert layers and all(layer["passed"] for layer in layers)
+
+
+@pytest.mark.parametrize("code", [c for c in _readme_blocks("python") if not _on_gpu(c)])
+def test_readme_cpu_python_runs_as_written(code, tmp_path):
+    if "torch" in code:
+        pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env=_env(CUDA_VISIBLE_DEVICES=""))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    if "torch" in code:        # the converted model's relative error against PyTorch's own
+        assert 0 < float(last) < 1e-5, last
+    else:
+        assert last == "(2, 64, 28, 28)", last
+
+
+def test_readme_python_blocks_are_cpu_or_gpu():
+    blocks = _readme_blocks("python")
+    assert len([b for b in blocks if not _on_gpu(b)]) >= 2 and [b for b in blocks if _on_gpu(b)]
+
+
+def test_ci_runs_the_readmes_install_and_test_commands():
+    """.ci/run installs the README's CPU recipe and runs its test command."""
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = _readme_commands()
+    test_command = next(c for c in commands if c.startswith("python3 -m pytest"))
+    assert test_command in ci
+    torch_line = next(c for c in commands if "torch==" in c)
+    for part in torch_line.split("&&"):
+        args = part.strip().removeprefix("pip install ").strip()
+        assert f"pip_install {args}" in ci, args

@@ -105,7 +105,7 @@ def test_errors_before_anything_runs():
 def test_table_entries_with_gemm_output_tasks_apply_only_where_they_can():
     """choose() keeps a GEMM_OUTPUT entry for 3xTF32 plans of a narrow enough layer and gives the
     heuristic's GEMM and OUTPUT sizes otherwise (other arithmetics, a wider borrowed shape)."""
-    from megawino.tuning import table as tuning
+    from megawino.tuning import choice as tuning_choice
     entry = {"params": dataclasses.asdict(fused(LayerSpec(64, 32, 64, 208, 208), tiles_per_group=32)),
              "mapping": {"dig": 264, "dgo": 264, "m": 4}}
     for spec, allowed, kept in ((LayerSpec(64, 32, 64, 208, 208), True, True),
@@ -113,15 +113,15 @@ def test_table_entries_with_gemm_output_tasks_apply_only_where_they_can():
                                 (LayerSpec(2, 64, 3, 30, 30), True, True),
                                 (LayerSpec(8, 128, 64, 56, 56), True, False),
                                 (LayerSpec(1, 1, 1, 9, 9), True, True)):
-        params, _ = tuning.entry_params(entry, spec, allowed)
+        params, _ = tuning_choice.entry_params(entry, spec, allowed)
         assert params.fused_output == kept
         if not kept:
             assert params == default_params(spec)
         assert build_graph(spec, params).num_tasks > 0
     # The shipped H100 table's GEMM_OUTPUT entries: kept for 3xTF32, replaced for FFMA plans.
     res1 = LayerSpec(64, 32, 64, 208, 208)
-    if tuning.choose(res1, "h100")[0].fused_output:
-        assert not tuning.choose(res1, "h100", fused_output=False)[0].fused_output
+    if tuning_choice.choose(res1, "h100")[0].fused_output:
+        assert not tuning_choice.choose(res1, "h100", fused_output=False)[0].fused_output
 
 
 # ---- GPU ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
 """A wheel without the CUDA sources is broken even when `pip install -e .` works."""
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,11 +13,28 @@ def test_sources_found_through_resources():
     assert len(resources.source_hash()) == 40
 
 
+# What the wheel is built from; copied, so that setuptools' build/ and egg-info land in the
+# test's own temporary directory and two test runs in one checkout never share them.
+SOURCES = ("pyproject.toml", "LICENSE", "README.md", "megawino", "cuda", "mapping")
+
+
 def test_wheel_carries_cuda_sources(tmp_path):
     root = resources.cuda_dir().parent
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "-w", str(tmp_path), str(root)], check=True, capture_output=True)
-    wheel = next(tmp_path.glob("megawino-*.whl"))
+    source = tmp_path / "source"
+    for name in SOURCES:
+        if (root / name).is_dir():
+            shutil.copytree(root / name, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+        else:
+            source.mkdir(exist_ok=True)
+            shutil.copy2(root / name, source / name)
+    wheels = tmp_path / "wheels"
+    in_tree_build = (root / "build").exists()
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                           "-w", str(wheels), str(source)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"pip wheel failed:\n{proc.stderr[-4000:]}"
+    assert (root / "build").exists() == in_tree_build          # nothing built in the checkout
+    wheel = next(wheels.glob("megawino-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in resources.cuda_dir().glob("*.cu*"):
         assert f"megawino/_cuda/{path.name}" in names

@@ -208,7 +208,7 @@ def test_winograd_needs_the_same_padding_in_both_dimensions():
     with pytest.raises(ValueError, match="same padding"):
         spec.require_winograd()
     assert runtime.candidate_algos(spec) == ("direct",)
-    with pytest.raises(ValueError, match="same padding"):
+    with pytest.raises(ValueError, match="padding"):
         conv2d_cpu(np.ones((1, 4, 8, 8), np.float32), np.ones((4, 4, 3, 3), np.float32), padding=(1, 0))
 
 

@@ -304,3 +304,40 @@ def test_copied_and_pickled_layers_make_their_own_fast_calls():
     fast = gpu.FastCall.__new__(gpu.FastCall)
     assert copy.deepcopy({"k": fast}) == {"k": None}
     assert pickle.loads(pickle.dumps({"k": fast})) == {"k": None}
+
+
+def test_kept_buffers_are_made_outside_the_callers_thread(monkeypatch):
+    """torch.compile's CUDA graphs route the warming thread's allocations into the graph's pool:
+    the runtime's workspaces are made on a thread of megawino's own, on the caller's stream and
+    device; under capture (only the graph's pool may serve) on the caller's thread."""
+    import threading
+    seen = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: ("stream", index))
+    monkeypatch.setattr(torch.cuda, "device", lambda index: seen.append(("device", index)) or _Nothing())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: seen.append(("stream", stream)) or _Nothing())
+    made = gpu.outside_graph_pools(lambda: threading.current_thread(), 3)
+    assert made is not threading.current_thread() and made.name.startswith("megawino-allocate")
+    assert seen == [("device", 3), ("stream", ("stream", 3))]
+
+    class FakeCupy:
+        uint8 = "uint8"
+
+        class cuda:
+            class Device:
+                id = 3
+    threads = []
+    monkeypatch.setitem(__import__("sys").modules, "cupy", FakeCupy)
+    monkeypatch.setattr(gpu, "_cupy_view", lambda cupy, tensor, index, dtype: tensor)
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: threads.append(threading.current_thread()))
+    for capturing in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+        gpu._torch_workspace(64)
+    assert threads[0].name.startswith("megawino-allocate") and threads[1] is threading.current_thread()
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -5,6 +5,8 @@ import os
 import pytest
 
 from megawino.tuning import table as tuning
+from megawino.tuning import space as tuning_space
+from megawino.tuning import choice as tuning_choice
 from megawino.core import resources, user_files
 from megawino.schedule.mapping import MappingParams
 from megawino.core.spec import LayerSpec
@@ -13,17 +15,11 @@ from megawino.core.tasks import Layout, TaskParams
 from megawino.schedule.mapping import build_interleaved
 
 
-def test_gpu_key():
-    assert tuning.gpu_key("NVIDIA H100 80GB HBM3") == "h100"
-    assert tuning.gpu_key("NVIDIA H200") == "h200"
-    assert tuning.gpu_key("weird device!") == "weird-device"
-
-
 def test_heuristic_without_table(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "mapping_dir", lambda: tmp_path)
     spec = LayerSpec(64, 64, 64, 56, 56)
-    params, mp, source = tuning.choose(spec, "h100")
-    assert source == "heuristic"
+    params, mp, source = tuning_choice.choose(spec, "h100")
+    assert source.kind == "heuristic" and source.table is None
     assert mp.dig == tuning.DEFAULT_WORKERS and mp.groups_per_column == 4
     build_interleaved(build_graph(spec, params), mp)   # valid
 
@@ -39,22 +35,25 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     path = tmp_path / "x.json"
     path.write_text(json.dumps(table))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
-    params, mp, source = tuning.choose(spec, "h100")
-    assert (params, mp, source) == (tuned, MappingParams(32, 96, 2), "tuned")
+    params, mp, source = tuning_choice.choose(spec, "h100")
+    assert (params, mp, source.kind, source.table) == (tuned, MappingParams(32, 96, 2), "tuned", str(path))
     # a layout change or a name does not change the shape key
-    assert tuning.choose(spec.with_(layout="NHWC", name="a"), "h100")[2] == "tuned"
-    # another shape borrows the nearest entry; the GEMM width is clamped to its K
-    params, mp, source = tuning.choose(LayerSpec(8, 64, 24, 30, 30), "h100")
-    assert source == "nearest" and params.gemm_k_per_task == 24 and mp.groups_per_column == 2
+    assert tuning_choice.choose(spec.with_(layout="NHWC", name="a"), "h100")[2].kind == "tuned"
+    # a near shape (same C, K and padding, a tile count within NEAR_TILES_RATIO) borrows the entry
+    params, mp, source = tuning_choice.choose(LayerSpec(64, 64, 64, 40, 40), "h100")
+    assert (source.kind, source.shape) == ("nearest", spec.shape_string) and mp.groups_per_column == 2
+    # other channel counts, paddings or a tile count too far off are not near: the heuristic
+    for far in (LayerSpec(8, 64, 24, 30, 30), LayerSpec(64, 64, 64, 56, 56, padding=0), LayerSpec(8, 64, 64, 28, 28)):
+        assert tuning_choice.choose(far, "h100")[2].kind == "heuristic"
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(tmp_path / "missing.json"))
     with pytest.raises(FileNotFoundError):
-        tuning.choose(spec, "h100")
+        tuning_choice.choose(spec, "h100")
 
 
 def test_candidate_space_is_valid():
     spec = LayerSpec(2, 48, 40, 20, 20)
     seen = 0
-    for params, mp in tuning.candidate_space(spec, workers=16):
+    for params, mp in tuning_space.candidate_space(spec, workers=16):
         assert mp.groups_per_column <= Layout(spec, params).num_groups
         seen += 1
     assert seen > 4
@@ -66,7 +65,7 @@ def test_candidates_include_one_pass_nchw_input_tasks(fused_output):
     offered beside the warp-wide ones, for GEMM + OUTPUT and GEMM_OUTPUT graphs."""
     from megawino.core.tasks import LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS
     spec = LayerSpec(2, 64, 40, 20, 20)
-    chunks = {p.input_channels_per_task for p, _ in tuning.candidate_space(spec, workers=16, fused_output=fused_output)
+    chunks = {p.input_channels_per_task for p, _ in tuning_space.candidate_space(spec, workers=16, fused_output=fused_output)
               if p.fused_output == fused_output}
     assert {NCHW_INPUT_PASS_CHANNELS, LANE_CHANNELS} <= chunks
 
@@ -79,7 +78,7 @@ def test_rank_by_simulation_orders_candidates():
     times = [r["predicted_us"] for r in ranked]
     assert times == sorted(times) and times[0] > 0
     # every task-size option is among the candidates (the GEMM's efficiency per size is measured)
-    assert {r["params"] for r in ranked} == {p for p, _ in tuning.candidate_space(spec, workers=16)}
+    assert {r["params"] for r in ranked} == {p for p, _ in tuning_space.candidate_space(spec, workers=16)}
     # and M = 1 with the best task size is always measured (the output tail of few-group layers)
     assert any(r["mapping"].groups_per_column == 1 for r in ranked)
 
@@ -128,7 +127,7 @@ def test_retune_keeps_the_tables_entry_when_the_confirmation_finds_it_faster(mon
     in the alternating confirmation: the entry ships, with the confirmed times."""
     from megawino.tuning import search
     spec = LayerSpec(2, 32, 32, 16, 16)
-    default_params, default_mapping, _ = tuning.choose(spec, key=None)
+    default_params, default_mapping, _ = tuning_choice.choose(spec, key=None)
     candidate = {"params": TaskParams(tiles_per_group=64), "mapping": MappingParams(3, 4, 1), "predicted_us": 5.0}
     incumbent = (TaskParams(tiles_per_group=128), MappingParams(9, 9, 2))
     first_pass = {"candidate": [9.0], "default": [11.0], "sequential": [12.0]}
@@ -178,7 +177,7 @@ def test_tune_passes_each_layers_table_entry_as_incumbent(fake_tuner, monkeypatc
     tabled = LayerSpec(64, 64, 64, 56, 56, name="tabled")
     fake_tuner.tune([tabled, LayerSpec(2, 16, 16, 12, 12, name="new")], out_path=tmp_path / "t.json", budget_s=60)
     assert seen["new"] is None
-    assert seen["tabled"] == tuning.entry_params(shipped, tabled)
+    assert seen["tabled"] == tuning_choice.entry_params(shipped, tabled)
 
 # ---- table schema ---------------------------------------------------------------------
 
@@ -252,7 +251,7 @@ def test_bad_table_is_a_one_line_error_naming_file_and_entry(table, message, tmp
     path.write_text(json.dumps(table))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
     with pytest.raises(ValueError) as info:
-        tuning.choose(LayerSpec(64, 64, 64, 56, 56), "h100")
+        tuning_choice.choose(LayerSpec(64, 64, 64, 56, 56), "h100")
     text = str(info.value)
     assert "\n" not in text and text.startswith(f"{path}: ")
     import re
@@ -264,7 +263,7 @@ def test_table_that_is_not_json_names_the_file(tmp_path, monkeypatch):
     path.write_text('{"layers": {"n1c8k8h8w8": {"spec": ')     # a truncated table
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(path))
     with pytest.raises(ValueError, match=rf"^{path}: not a JSON mapping table"):
-        tuning.choose(LayerSpec(64, 64, 64, 56, 56), "h100")
+        tuning_choice.choose(LayerSpec(64, 64, 64, 56, 56), "h100")
 
 
 def test_shipped_tables_follow_the_schema():
@@ -316,22 +315,23 @@ def test_lookup_order_override_then_user_then_shipped(tmp_path, monkeypatch):
     ship = _one_entry_table(a, p_ship, MappingParams(1, 1, 1))
     tuning.write_entry(ship, b, p_ship, MappingParams(2, 2, 1))
     (shipped_dir / "h100.json").write_text(json.dumps(ship))
-    assert tuning.choose(a, "h100")[:2] == (p_ship, MappingParams(1, 1, 1))
+    assert tuning_choice.choose(a, "h100")[:2] == (p_ship, MappingParams(1, 1, 1))
     # the user's tuned entry for a wins; b still comes from the shipped table
     tuning.write_table(tuning.user_table_path("h100"), _one_entry_table(a, p_user, MappingParams(3, 3, 1)))
-    assert tuning.choose(a, "h100")[:2] == (p_user, MappingParams(3, 3, 1))
-    assert tuning.choose(b, "h100")[:2] == (p_ship, MappingParams(2, 2, 1))
+    assert tuning_choice.choose(a, "h100")[:2] == (p_user, MappingParams(3, 3, 1))
+    assert tuning_choice.choose(b, "h100")[:2] == (p_ship, MappingParams(2, 2, 1))
     # MEGAWINO_MAPPING replaces both
     env = tmp_path / "env.json"
     env.write_text(json.dumps(_one_entry_table(a, p_env, MappingParams(4, 4, 1))))
     monkeypatch.setenv(tuning.ENV_OVERRIDE, str(env))
-    assert tuning.choose(a, "h100")[:3] == (p_env, MappingParams(4, 4, 1), "tuned")
-    assert tuning.choose(b, "h100")[2] == "nearest"
+    assert tuning_choice.choose(a, "h100")[:2] == (p_env, MappingParams(4, 4, 1))
+    assert tuning_choice.choose(a, "h100")[2].as_dict() == {"kind": "tuned", "table": str(env), "shape": a.shape_string}
+    assert tuning_choice.choose(b, "h100")[2].kind == "heuristic"     # b is not near a
     # a broken user table is an error naming it, not a silent fallback
     monkeypatch.delenv(tuning.ENV_OVERRIDE)
     tuning.user_table_path("h100").write_text('{"layers": {"x": 1}}')
     with pytest.raises(ValueError, match=rf"^{tuning.user_table_path('h100')}: layer 'x'"):
-        tuning.choose(a, "h100")
+        tuning_choice.choose(a, "h100")
 
 
 def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
@@ -341,21 +341,27 @@ def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
     shipped_dir.mkdir()
     monkeypatch.setattr(tuning, "mapping_dir", lambda: shipped_dir)
     assert [tuning.table_key("h100", g) for g in ("3xtf32", "ffma", "bf16x3")] == ["h100", "h100", "h100-bf16x3"]
-    a, b, c = LayerSpec(64, 64, 64, 56, 56), LayerSpec(8, 32, 64, 28, 28), LayerSpec(8, 512, 512, 7, 7)
+    a, b, c = LayerSpec(64, 64, 64, 56, 56), LayerSpec(8, 32, 64, 28, 28), LayerSpec(64, 64, 64, 40, 40)
     p_gpu, p_bf16 = TaskParams(tiles_per_group=64), TaskParams(tiles_per_group=128)
     gpu = _one_entry_table(a, p_gpu, MappingParams(1, 1, 1))
     tuning.write_entry(gpu, b, p_gpu, MappingParams(2, 2, 1))
     (shipped_dir / "h100.json").write_text(json.dumps(gpu))
     (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(_one_entry_table(a, p_bf16, MappingParams(3, 3, 1))))
-    assert tuning.choose(a, "h100-bf16x3", fallback="h100") == (p_bf16, MappingParams(3, 3, 1), "tuned")
-    assert tuning.choose(b, "h100-bf16x3", fallback="h100") == (p_gpu, MappingParams(2, 2, 1), "tuned for h100")
-    assert tuning.choose(c, "h100-bf16x3", fallback="h100")[1:] == (MappingParams(3, 3, 1), "nearest")
+    params, mapping, source = tuning_choice.choose(a, "h100-bf16x3", fallback="h100")
+    assert (params, mapping, source.kind, source.table) == (p_bf16, MappingParams(3, 3, 1), "tuned",
+                                                            str(shipped_dir / "h100-bf16x3.json"))
+    params, mapping, source = tuning_choice.choose(b, "h100-bf16x3", fallback="h100")
+    assert (params, mapping, source.kind, source.table) == (p_gpu, MappingParams(2, 2, 1), "tuned",
+                                                            str(shipped_dir / "h100.json"))
+    mapping, source = tuning_choice.choose(c, "h100-bf16x3", fallback="h100")[1:]
+    assert (mapping, source.kind) == (MappingParams(3, 3, 1), "nearest")
     # A ring's slot count is for its own shape's order: a borrowed entry drops it.
-    ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=3), MappingParams(4, 4, 1))
+    # (4 slots: the fewest this order allows; the schema refuses fewer)
+    ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=4), MappingParams(4, 4, 1))
     (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(ringed))
-    assert tuning.choose(a, "h100-bf16x3")[0].buffer_groups == 3
-    assert tuning.choose(c, "h100-bf16x3")[0].buffer_groups is None
-    assert tuning.choose(a, "h100", fallback="h100")[2] == "tuned"
+    assert tuning_choice.choose(a, "h100-bf16x3")[0].buffer_groups == 4
+    assert tuning_choice.choose(c, "h100-bf16x3")[0].buffer_groups is None
+    assert tuning_choice.choose(a, "h100", fallback="h100")[2].kind == "tuned"
 
 
 def test_tune_gemm_math_writes_its_own_table(fake_tuner, monkeypatch):
@@ -381,7 +387,9 @@ def _fake_tune_layer(runtime, spec, **kw):
 def fake_tuner(monkeypatch):
     from megawino.tuning import search as tune
     monkeypatch.setattr(tune, "tune_layer", _fake_tune_layer)
-    monkeypatch.setattr(tuning, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    from megawino.gpu import identity
+    monkeypatch.setattr(identity, "current_identity",
+                        lambda: identity.identity_of("NVIDIA H100 80GB HBM3", "90", sms=132))
     return tune
 
 

@@ -1,51 +1,26 @@
 """Shared by the commands: layer resolution, number formatting, the error line."""
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
 import os
 import re
+import stat
 import tempfile
 
 from rich.console import Console
 from rich.text import Text
+
+# the commands' argument types, defined with the one input rule
+from ..core.arguments import non_negative_int, positive_float, positive_int  # noqa: F401
 
 DEFAULT_LAYER_BATCH = 64      # layer names resolve at the paper's evaluation batch size
 PROG = "megawino"
 
 
 # ---------------------------------------------------------------------------
-# Argument types: argparse refuses bad numbers with its own one-line error
+# Argument types (megawino.core.arguments): argparse refuses bad numbers with its own one-line error
 # ---------------------------------------------------------------------------
-
-def _integer(text: str, low: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    return _integer(text, 1, "a positive integer")
-
-
-def non_negative_int(text: str) -> int:
-    return _integer(text, 0, "a non-negative integer")
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
 
 def add_network_arguments(p, batch_default: int | None, batch_help: str) -> None:
     """NETWORK, --batch and --resolution, as the network commands take them."""
@@ -58,25 +33,53 @@ def add_network_arguments(p, batch_default: int | None, batch_help: str) -> None
 # Output files: checked and opened before the work starts
 # ---------------------------------------------------------------------------
 
+OUTPUT_PATH_HELP = ("a regular file (replaced whole when the work is done) or a new path; a symlink "
+                    "is written through to its target; a device, FIFO or socket is refused")
+
+
+def _node_kind(mode: int) -> str | None:
+    """What a non-regular, non-directory node is, in words (None for a regular file)."""
+    for test, words in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
 class OutputFile:
     """An output path (``--json``, ``--export``) checked before any work: a temporary file is
-    opened beside it at once (so a directory, a missing folder or an unwritable place fails
-    first, as an OSError or ValueError), and :meth:`write_text` renames it over ``path``."""
+    opened beside the file it names at once (so a directory, a missing folder or an unwritable
+    place fails first, as a ValueError), and :meth:`write_text` renames it over that file.
+
+    Only a regular file or a new path is ever replaced: a symlink is followed to its final
+    target (the link stays, its target gets the result), and a device, FIFO or socket is
+    refused, since renaming over it would replace the node itself."""
 
     def __init__(self, path: str, option: str):
-        self.path = os.path.abspath(os.path.expanduser(path))
-        if os.path.isdir(self.path):
-            raise ValueError(f"{option} {path}: is a directory; give a file name")
+        given = os.path.abspath(os.path.expanduser(path))
+        self.path = os.path.realpath(given)          # a symlink's final target
+        where = path if self.path == given else f"{path} (a link to {self.path})"
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            raise ValueError(f"{option} {where}: cannot check it ({exc.strerror or exc})") from None
+        if mode is not None and stat.S_ISDIR(mode):
+            raise ValueError(f"{option} {where}: is a directory; give a file name")
+        if mode is not None and _node_kind(mode):
+            raise ValueError(f"{option} {where}: is {_node_kind(mode)}; megawino writes only regular "
+                             "files (its result replaces the file whole)")
         parent = os.path.dirname(self.path)
         if not os.path.isdir(parent):
-            raise ValueError(f"{option} {path}: directory {parent} does not exist")
-        if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
-            raise ValueError(f"{option} {path}: not writable")
+            raise ValueError(f"{option} {where}: directory {parent} does not exist")
+        if mode is not None and not os.access(self.path, os.W_OK):
+            raise ValueError(f"{option} {where}: not writable")
         try:
             self._handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=parent,
                                                        prefix=".megawino-", suffix=".tmp", delete=False)
         except OSError as exc:
-            raise ValueError(f"{option} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+            raise ValueError(f"{option} {where}: cannot write in {parent} ({exc.strerror or exc})") from None
 
     def write_text(self, text: str) -> None:
         with self._handle as fh:

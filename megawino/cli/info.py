@@ -32,6 +32,26 @@ def _version_of(module: str) -> str:
         return f"not importable ({type(exc).__name__})"
 
 
+def _gpu_rows(table, has_gpu: bool) -> None:
+    """The GPU's identity, the tuned tables its plans read, and the simulator's ceilings."""
+    from ..gpu import identity
+    from ..gpu.nvrtc import GEMM_MATHS
+    from ..tuning.choice import tables_in_use
+    gpu = identity.current_identity() if has_gpu else identity.DEFAULT_TARGET
+    where = "" if has_gpu else " (no GPU: the default target)"
+    table.add_row("GPU identity", gpu.describe() + where)
+    for gemm_math in GEMM_MATHS:
+        try:
+            text = tables_in_use(gpu, gemm_math)
+        except ValueError as exc:        # a broken table: say which
+            text = str(exc)
+        style = "yellow" if text.startswith("none") or "No table of this GPU" in text else ""
+        table.add_row(f"tables ({gemm_math})", Text(text, style=style))
+    c = identity.ceilings(gpu)
+    table.add_row("simulator ceilings", f"{c.bytes_per_s / 1e12:.2f} TB/s, {c.sms} SMs, "
+                                        f"{c.flops_per_s / 1e12:.1f} TFLOP/s ({c.source})")
+
+
 def cmd_info(args, out: Console, err: Console) -> int:
     import platform
 
@@ -61,6 +81,7 @@ def cmd_info(args, out: Console, err: Console) -> int:
         why = "see cupy above" if why.startswith("CuPy does not import") else why
         table.add_row("GPU", Text(f"no: {why} (the CPU executor and the simulator work)",
                                   style="yellow"))
+    _gpu_rows(table, runtime is not None)
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):

@@ -50,11 +50,12 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_mapping)
 
 
-def _table_key() -> str:
-    """The GPU whose tuned table applies: this machine's, else the H100 (the target)."""
+def _gpu():
+    """The GPU whose tables apply: this machine's, else the default target
+    (megawino.gpu.identity.DEFAULT_TARGET)."""
     from .. import sweep
-    runtime = sweep.gpu_runtime()
-    return runtime.gpu_name_key() if runtime is not None else "h100"
+    from ..gpu import identity
+    return identity.current_identity() if sweep.gpu_runtime() is not None else identity.DEFAULT_TARGET
 
 
 def _build_mapping(spec, args):
@@ -62,14 +63,15 @@ def _build_mapping(spec, args):
     given come from the tuned table (``megawino.tuning.table.choose``), as the runtime's do,
     and are written back into ``args`` for display.  Mapping parameters are validated
     even with --sequential."""
-    from ..tuning import table as tuning
+    from ..tuning import choice
+    from ..gpu.nvrtc import DEFAULT_GEMM_MATH
     from ..schedule.mapping import Mapping, MappingParams, build_interleaved, sequential_mapping
     from ..core.task_sizes import build_graph
     from ..core.tasks import Layout
     if not spec.winograd_eligible:
         raise ValueError(f"{spec.name} is a {spec.R}x{spec.S} stride-{spec.stride} layer: task "
                          "graphs, mappings and timelines are for 3x3 stride-1 (Winograd) layers")
-    task_params, chosen, args.choice = tuning.choose(spec, _table_key())
+    task_params, chosen, args.choice = choice.choose_for_gpu(spec, _gpu(), DEFAULT_GEMM_MATH)
     args.dig = chosen.dig if args.dig is None else args.dig
     args.dgo = chosen.dgo if args.dgo is None else args.dgo
     if args.groups_per_column is None:

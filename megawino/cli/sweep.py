@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .common import (DEFAULT_LAYER_BATCH, OutputFile, _compact_shape, _error, _fmt_err, _fmt_ms,
+from .common import (DEFAULT_LAYER_BATCH, OUTPUT_PATH_HELP, OutputFile, _compact_shape, _error, _fmt_err, _fmt_ms,
                      add_network_arguments, non_negative_int)
 
 
@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
                    help="only these layers (resnet50.conv2_x or conv2_x), comma-separated")
     p.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
                    help="auto (default): the GPU when there is one, else the CPU")
-    p.add_argument("--json", metavar="PATH", default=None, help="write all results as JSON")
+    p.add_argument("--json", metavar="PATH", default=None, help="write all results as JSON: " + OUTPUT_PATH_HELP)
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random inputs (default 0)")
     p.add_argument("--compare", choices=("cudnn",), default=None,

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from .common import OutputFile, positive_int, resolve_layer
+from .common import OUTPUT_PATH_HELP, OutputFile, positive_int, resolve_layer
 from .mapping import _add_mapping_options, _build_mapping
 
 
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     p.add_argument("--width", type=positive_int, default=None, help="columns (default: the terminal's)")
     p.add_argument("--lanes", type=positive_int, default=16, help="worker lanes shown (default 16)")
     p.add_argument("--export", metavar="PATH", default=None,
-                   help="write the timeline as Perfetto / Chrome trace JSON")
+                   help="write the timeline as Perfetto / Chrome trace JSON: " + OUTPUT_PATH_HELP)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--measured", action="store_true",
                       help="run on the GPU with tracing (the default when there is a GPU)")
@@ -93,7 +93,10 @@ def _timeline(args, out: Console, width: int, export: OutputFile | None) -> int:
     if measured and args.workers is not None:
         raise ValueError("--workers sets the simulated workers; a measured run uses the plan's grid "
                          "(add --simulate)")
-    model = CostModel()
+    from ..gpu import identity
+    # The GPU in use (its measured ceilings, or ones from its attributes), else the default target's.
+    gpu = identity.current_identity() if sweep.gpu_runtime() is not None else identity.DEFAULT_TARGET
+    model = CostModel.for_ceilings(identity.ceilings(gpu))
     if measured:
         timeline = _measured_timeline(spec, graph, mapping, spec.name)
     else:

@@ -19,7 +19,9 @@ def add_parser(sub) -> None:
                    help="the suite file for TARGET suite (default: the one shipped with megawino)")
     p.add_argument("--batch", type=positive_int, default=None, help="batch size (default 64)")
     p.add_argument("--budget", type=positive_float, default=600.0,
-                   help="seconds for the whole run (600)")
+                   help="seconds for the whole run (600); each layer tuned gets at least its seeds "
+                        "(the shipped tables' entries) and the confirmation, and layers whose "
+                        "minimum does not fit are left untouched and listed")
     p.add_argument("--top", type=positive_int, default=6, help="candidates measured per layer after "
                                                                  "simulation ranks them (6)")
     p.add_argument("--reps", type=positive_int, default=10, help="timed runs per candidate (10)")
@@ -75,14 +77,18 @@ def cmd_tune(args, out: Console, err: Console) -> int:
                      "seq" if seq else str(e["mapping"]["dig"]), "seq" if seq else str(e["mapping"]["dgo"]),
                      str(e["mapping"]["m"]), f"{e['time_us']:.1f}",
                      f"{e['speedup_vs_default']:.2f}", f"{e['speedup_vs_sequential']:.2f}",
-                     f"{100 * e['simulator_error']:.0f}%")
+                     f"{100 * e['simulator_error']:.0f}%" if "simulator_error" in e else "-")
     out.print(view)
     summary = tune.summary({"layers": {k: v for k, v in table["layers"].items() if k in wanted}})
     if summary:
         out.print(Text(f"beat sequential on {summary['beat_sequential']}/{summary['layers']} "
                        f"(the sequential order itself is best on {summary['sequential_is_best']}); "
                        f"geomean ×{summary['geomean_speedup_vs_default']:.3f} over the untuned "
-                       f"default; median simulator makespan error "
-                       f"{100 * summary['median_simulator_error']:.0f}%", style="bold"))
+                       f"default" + ("" if summary["median_simulator_error"] is None else
+                                     f"; median simulator makespan error "
+                                     f"{100 * summary['median_simulator_error']:.0f}%"), style="bold"))
+    if table["skipped"]:
+        out.print(Text(f"left untouched (their minimum did not fit in --budget {args.budget:g} s): "
+                       + ", ".join(s.name or s.shape_string for s in table["skipped"]), style="yellow"))
     out.print(f"wrote {table['path']}")
     return 0

@@ -148,7 +148,8 @@ def state_offset(name: str) -> int:
 
 
 STATE_WORDS = len(STATE_LINES) * COUNTER_STRIDE
-assert len(STATUS_FIELDS) <= COUNTER_STRIDE
+if len(STATUS_FIELDS) > COUNTER_STRIDE:
+    raise RuntimeError(f"the status line's {len(STATUS_FIELDS)} fields do not fit its {COUNTER_STRIDE} words")
 
 
 def struct_lines(name: str, dtype: np.dtype, c_type: str, prefix: str, doc: str) -> list[str]:

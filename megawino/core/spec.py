@@ -7,31 +7,16 @@ any kernel is compiled.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import re
+
+from .arguments import pair_argument
 
 LAYOUTS = ("NCHW", "NHWC")
 DTYPES = ("float32",)
 
 
-def pair_value(name: str, value, minimum: int):
-    """``value`` (an integer, or an (h, w) pair of integers, each >= ``minimum``) as an int, or as
-    a tuple where the two differ: one form per layer, so a pair of equal values is the int an
-    existing caller passes.  ValueError naming ``name`` otherwise."""
-    items = list(value) if isinstance(value, (tuple, list)) else [value]
-    try:
-        if len(items) not in (1, 2) or any(isinstance(v, bool) for v in items):
-            raise TypeError
-        items = [operator.index(v) for v in items]
-    except TypeError:
-        raise ValueError(f"{name} must be an integer or an (h, w) pair of integers, got {value!r}") from None
-    if min(items) < minimum:
-        raise ValueError(f"{name} must be >= {minimum} (in each dimension), got {value!r}")
-    return items[0] if len(set(items)) == 1 else tuple(items)
-
-
 def pair_of(value) -> tuple[int, int]:
-    """An int or an (h, w) pair (what :func:`pair_value` returns) as (h, w)."""
+    """An int or an (h, w) pair (what :func:`megawino.core.arguments.pair_argument` returns) as (h, w)."""
     return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
 
 
@@ -60,8 +45,8 @@ class LayerSpec:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"LayerSpec.{field} must be a positive integer, got {value!r}")
-        object.__setattr__(self, "stride", pair_value("LayerSpec.stride", self.stride, 1))
-        object.__setattr__(self, "padding", pair_value("LayerSpec.padding", self.padding, 0))
+        object.__setattr__(self, "stride", pair_argument("LayerSpec.stride", self.stride, 1))
+        object.__setattr__(self, "padding", pair_argument("LayerSpec.padding", self.padding, 0))
         if self.layout not in LAYOUTS:
             raise ValueError(f"LayerSpec.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if str(self.dtype) not in DTYPES:

@@ -4,12 +4,12 @@ and picking layers of it by name.  The suite ships with the package
 ``$MEGAWINO_SUITE``."""
 from __future__ import annotations
 
-import json
 import os
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
+from .json_files import read_json
 from .spec import LayerSpec
 
 __all__ = ["suite_path", "load_suite", "select_specs", "SHIPPED_SUITE"]
@@ -41,10 +41,7 @@ def load_suite(path: str | os.PathLike | None = None, suite: str = "winograd",
     """Layer specs of one suite of a layers.json (keys N, C, K, H, W, R, S, stride,
     pad, name).  ``batch`` overrides N when given."""
     file = suite_path(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: not JSON ({err})") from None
+    data = read_json(file, "JSON suite file")
     suites = {k: v for k, v in data.items() if isinstance(v, list)} if isinstance(data, dict) else {}
     if suite not in suites:
         raise ValueError(f"{file}: no suite {suite!r}; suites: {', '.join(suites) or 'none'}")

@@ -175,5 +175,8 @@ def build_graph(spec: LayerSpec, params: TaskParams | None = None) -> TaskGraph:
     typed = graph.typed_records
     for wait, need_field in (("wait_a", "need_a"), ("wait_b", "need_b")):
         has = typed[wait] >= 0
-        assert np.array_equal(need[typed[wait][has]], typed[need_field][has]), "counter needs drifted"
+        if not np.array_equal(need[typed[wait][has]], typed[need_field][has]):
+            # a bug in the graph's construction, never the caller's input: checked even under -O
+            raise RuntimeError(f"build_graph: the {need_field} written into the records differ from the "
+                               f"counters' in-degrees ({layout.spec.describe()})")
     return graph

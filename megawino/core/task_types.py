@@ -173,8 +173,8 @@ _BUILT_IN = (
 )
 
 _REGISTRY: dict[int, TaskTypeInfo] = {int(info.code): info for info in _BUILT_IN}
-assert [(int(i.code), i.name) for i in _BUILT_IN] == [(int(t), t.name) for t in TaskType], \
-    "the built-in registry entries must be TaskType's members, in order"
+if [(int(i.code), i.name) for i in _BUILT_IN] != [(int(t), t.name) for t in TaskType]:
+    raise RuntimeError("the built-in registry entries must be TaskType's members, in order")
 
 
 def registered() -> tuple[TaskTypeInfo, ...]:

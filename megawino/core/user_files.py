@@ -37,10 +37,31 @@ def user_table_path(filename: str) -> pathlib.Path:
     return cache_dir() / filename
 
 
+def check_writable(path) -> pathlib.Path:
+    """``path`` when a tuner can write its table there, checked before any measuring: its folder
+    made (as the write would) and a temporary file created and removed in it, and ``path`` itself,
+    when there, a writable regular file; a one-line ValueError otherwise."""
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file: the tuner writes a table there; pass another --out")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"cannot write {path} ({exc.strerror or exc}): pass another --out "
+                         f"or set {CACHE_ENV}") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"cannot write {path} (not writable): pass another --out or set {CACHE_ENV}")
+    return path
+
+
 def write_text_atomically(path, text: str) -> pathlib.Path:
     """Write ``text`` to ``path`` through a temporary file in the same directory and
-    ``os.replace``: readers see the old file or the new one, never a truncated one."""
-    path = pathlib.Path(path)
+    ``os.replace``: readers see the old file or the new one, never a truncated one.  A symlink
+    is written through to its final target (the link itself is kept)."""
+    path = pathlib.Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

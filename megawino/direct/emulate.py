@@ -19,6 +19,16 @@ from .model import heuristic_config
 # NumPy emulation of the kernel, thread by thread (index math, predicates, tiles)
 # ---------------------------------------------------------------------------
 
+class EmulationError(RuntimeError):
+    """The emulated kernel broke one of its own rules (a read out of bounds, a misaligned vector,
+    an output written other than once per chunk): a kernel bug the tests must see."""
+
+
+def _check(ok, what: str) -> None:
+    # an exception, not assert: the checks are the emulator's purpose and must hold under -O
+    if not ok:
+        raise EmulationError(what)
+
 def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                    layout: str = "NCHW", config: DirectConfig | None = None,
                    check_writes: bool = True, flush: int | None = None) -> np.ndarray:
@@ -26,7 +36,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
     same packed filters, the same per-thread load/store indices, smem layout
     (with poisoned padding), register tile and epilogue (vector and scalar
     stores, the chunked flush).  Output unwritten elements are NaN; ``check_writes``
-    asserts every output element is written exactly once per reduction chunk.
+    checks every output element is written exactly once per reduction chunk.
     ``flush`` overrides :func:`flush_terms` (0: one chain)."""
     spec = _spec_from(x.shape, w.shape, stride, padding, layout)
     cfg = config or heuristic_config(spec)
@@ -97,7 +107,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                             vals = np.zeros(T)
                             addr = x_quad + (kbase + krow) * P + q
                             if np.any(inside):
-                                assert addr[inside].max() < xf.size, "input read out of bounds"
+                                _check(addr[inside].max() < xf.size, "input read out of bounds")
                             vals[inside] = xf[addr[inside]]
                             a_writes.append((krow[ok], 4 * quad[ok] + q, vals[ok]))
                 for i in range(0 if vec_x else A_PER):
@@ -118,7 +128,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                     addr = base + t[:, 0]
                     if np.any(inb):
                         a = addr[inb]
-                        assert a.min() >= 0 and a.max() < xf.size, "input read out of bounds"
+                        _check(a.min() >= 0 and a.max() < xf.size, "input read out of bounds")
                     vals = np.zeros(T)
                     vals[inb] = xf[addr[inb]]
                     a_writes.append((krow[ok], col[ok], vals[ok]))
@@ -131,8 +141,8 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                     col = (e % (BN // 4)) * 4
                     for q in range(4):
                         addr = (kbase + row[ok]) * ldw + k0n + col[ok] + q
-                        assert addr.size == 0 or addr.max() < wtf.size, "filter read out of bounds"
-                        assert np.all((k0n + col[ok]) % 4 == 0)
+                        _check(addr.size == 0 or addr.max() < wtf.size, "filter read out of bounds")
+                        _check(np.all((k0n + col[ok]) % 4 == 0), "filter read not 16-byte aligned")
                         b_reg[ok, j, q] = wtf[addr]
                     b_ok[:, j] = ok
                 return a_writes, b_reg, b_ok
@@ -152,7 +162,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                                      for j in range(TM // 4)], axis=1)      # (T, TM)
             b_cols = np.concatenate([j * TY * 4 + ty[:, None] * 4 + np.arange(4)[None, :]
                                      for j in range(TN // 4)], axis=1)      # (T, TN)
-            assert a_cols.max() < BM and b_cols.max() < BN
+            _check(a_cols.max() < BM and b_cols.max() < BN, "shared-memory fragment out of its tile")
 
             def run_chunk(c0, c1):
                 store_shared(0, load_global(c0))
@@ -188,7 +198,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                                         ok = (mb < M) & (k < K)
                                         n = mb // P
                                         pix = mb - n * P + r4
-                                        assert np.all(((n * K + k) * P + (pix - r4))[ok] % 4 == 0)
+                                        _check(np.all(((n * K + k) * P + (pix - r4))[ok] % 4 == 0), "vector store not 16-byte aligned")
                                     else:
                                         ok = (m < M) & (k < K)
                                         n = m // P
@@ -215,8 +225,7 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                 write_out(False)
     if check_writes:
         chunks = -(-ktiles // (flush // BK)) if flush else 1
-        assert writes.min() == chunks and writes.max() == chunks, \
-            "output not written exactly once per chunk"
+        _check(writes.min() == chunks and writes.max() == chunks, "output not written exactly once per chunk")
     if nhwc:
         return y.reshape(spec.N, OH, OW, K)
     return y.reshape(spec.N, K, OH, OW)

@@ -18,11 +18,12 @@ import numpy as np
 from ..core import abi
 from ..gpu.nvrtc import as_cupy
 from ..core.resources import cuda_dir, source_hash
-from ..core.spec import LayerSpec, pair_value
+from ..core.arguments import pair_argument
+from ..core.spec import LayerSpec
 from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
                      flush_terms, resource_ok)
 from ..core.tasks import round_up
-from ..tuning.table import current_gpu_key
+from ..gpu.identity import current_gpu_key
 from .model import heuristic_config
 
 
@@ -96,7 +97,7 @@ def _spec_from(x_shape, w_shape, stride, padding, layout) -> LayerSpec:
     if C != C2:
         raise ValueError(f"input has C={C} channels but the filter expects C={C2}")
     return LayerSpec(N=int(N), C=int(C), K=int(K), H=int(H), W=int(W), R=int(R), S=int(S),
-                     stride=pair_value("stride", stride, 1), padding=pair_value("padding", padding, 0),
+                     stride=pair_argument("stride", stride, 1), padding=pair_argument("padding", padding, 0),
                      layout=layout)
 
 

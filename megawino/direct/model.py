@@ -11,12 +11,11 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec
-from ..tuning.table import gpu_key
+from ..gpu.identity import gpu_key
 from .config import (DEFAULT_CONFIG, H100, NHWC_KEY_SUFFIX, DirectConfig, Hardware, candidate_configs,
                      flush_terms, occupancy, parse_direct_table, resource_ok)
 from ..core.tasks import round_up
@@ -146,12 +145,9 @@ def mapping_key(spec: LayerSpec) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _load_mapping_cached(path: str, mtime: float) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a JSON direct-config table ({err})") from None
-    return parse_direct_table(data, path)
+    from ..core.json_files import read_json
+
+    return parse_direct_table(read_json(path, "JSON direct-config table"), path)
 
 
 def load_mapping(gpu: str = "h100") -> dict[str, DirectConfig]:

@@ -71,7 +71,7 @@ class DirectPlan(KernelPlan):
         check_spec(spec)
         if config is not None and not isinstance(config, config_mod.DirectConfig):
             raise ValueError(f"config must be a DirectConfig, got {type(config).__name__}")
-        from ..tuning.table import current_gpu_key
+        from ..gpu.identity import current_gpu_key
         cupy = require_gpu()
         self.spec = spec
         self.device = cupy.cuda.Device().id

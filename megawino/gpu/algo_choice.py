@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 from .nvrtc import cupy_module
-from ..tuning.table import device_name as gpu_name
+from .identity import device_name as gpu_name
+from ..core import json_files
 from ..core.user_files import cache_dir, write_text_atomically
 
 ROUNDS = 7
@@ -41,7 +42,7 @@ def _path() -> pathlib.Path:
 
 def _read_file(path: pathlib.Path) -> dict:
     try:
-        data = json.loads(path.read_text())
+        data = json_files.read_json(path, "choice cache")
     except FileNotFoundError:
         return {}
     except (OSError, ValueError):

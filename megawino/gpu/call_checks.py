@@ -3,10 +3,12 @@ there, the arrays are the plan's (shape, dtype, device), the output aliases no i
 the kernels cannot read as they are (strided or misaligned) are copied."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 
+from ..core.arguments import check_float32
 from . import workspace
 from .nvrtc import cupy_module
 
@@ -14,28 +16,49 @@ ENV_WATCHDOG = "MEGAWINO_WATCHDOG_S"
 DEFAULT_WATCHDOG_S = 2.0
 
 
-def env_number(name: str, default, kind=int, minimum=0):
-    """``$name`` as a ``kind`` number >= ``minimum`` (``default`` when unset); ValueError naming
-    the variable otherwise."""
+# The watchdog's limit in seconds: the kernel counts it in int64 nanoseconds, and a limit under a
+# millisecond would fire on a healthy launch (1e-300 s is 0 ns), one over a million seconds is
+# no watchdog (1e10 s overflows the nanoseconds).
+WATCHDOG_RANGE_S = (1e-3, 1e6)
+
+
+def _range_words(kind, minimum, maximum) -> str:
+    number, fmt = ("a whole number", "d") if kind is int else ("a number", "g")
+    if maximum is None:
+        return f"{number} >= {minimum:{fmt}}"
+    return f"{number} from {minimum:{fmt}} to {maximum:{fmt}}"
+
+
+def env_number(name: str, default, kind=int, minimum=0, maximum=None):
+    """``$name`` as a ``kind`` number within [``minimum``, ``maximum``] (``default`` when unset);
+    a one-line ValueError naming the variable and the accepted range otherwise."""
     raw = os.environ.get(name)
     if raw is None:
         return default
+    accepted = _range_words(kind, minimum, maximum)
     try:
-        value = kind(raw)
+        value = kind(raw.strip())
     except ValueError:
-        raise ValueError(f"{name} must be a {'whole ' if kind is int else ''}number, got {raw!r}") from None
-    if not (np.isfinite(value) and value >= minimum):
-        raise ValueError(f"{name} must be a finite number >= {minimum}, got {raw!r}")
+        raise ValueError(f"{name} must be {accepted}, got {raw!r}") from None
+    if (kind is float and not math.isfinite(value)) or value < minimum \
+            or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {accepted}, got {raw!r}")
     return value
+
+
+def check_timeout_s(value, name: str = "timeout_s") -> float:
+    """A watchdog limit in seconds within WATCHDOG_RANGE_S, as a float; ValueError otherwise."""
+    low, high = WATCHDOG_RANGE_S
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(value) and low <= value <= high):
+        raise ValueError(f"{name} must be {_range_words(float, low, high)} seconds, got {value!r}")
+    return float(value)
 
 
 def default_timeout_s() -> float:
     """The watchdog limit of one wait: ``$MEGAWINO_WATCHDOG_S`` (widen it under
     compute-sanitizer, a debugger or time-slicing), else 2 s."""
-    value = env_number(ENV_WATCHDOG, DEFAULT_WATCHDOG_S, float, 0.0)
-    if value <= 0:
-        raise ValueError(f"{ENV_WATCHDOG} must be a positive number of seconds, got {value!r}")
-    return value
+    return env_number(ENV_WATCHDOG, DEFAULT_WATCHDOG_S, float, *WATCHDOG_RANGE_S)
 
 
 def require_gpu():
@@ -58,8 +81,7 @@ def check_array(cupy, name: str, arr, shape, device: int) -> None:
         raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
     if tuple(arr.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
-    if arr.dtype != np.float32:
-        raise ValueError(f"{name} has dtype {arr.dtype}, only float32 is supported")
+    check_float32(name, arr)
     if arr.device.id != device:
         raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
 

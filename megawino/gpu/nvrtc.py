@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from ..core.resources import cuda_dir, source_hash
+from .identity import ARCH_SPECIFIC_TARGETS
 
 BLOCK_THREADS = 256
 KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
@@ -154,9 +155,8 @@ def with_defines(options, extra) -> tuple[str, ...]:
     return tuple(options) + check_extra_defines(extra)
 
 
-# Compute capabilities whose architecture-specific target the kernels are built for: sm_90a has
-# the warpgroup MMAs (wgmma) the GEMM uses there.  NVRTC takes this -arch after CuPy's own.
-ARCH_SPECIFIC_TARGETS = {"90": "sm_90a"}
+# Compute capabilities whose architecture-specific target the kernels are built for
+# (megawino.gpu.identity); NVRTC takes this -arch after CuPy's own.
 
 
 def arch_options(compute_capability: str) -> tuple[str, ...]:

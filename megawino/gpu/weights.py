@@ -24,7 +24,7 @@ DEFAULT_LIMIT_MB = 4096
 
 def limit_bytes() -> int:
     from .call_checks import env_number
-    return env_number(ENV_LIMIT, DEFAULT_LIMIT_MB, int, 0) << 20
+    return env_number(ENV_LIMIT, DEFAULT_LIMIT_MB, int, 0, 1 << 30) << 20      # up to a petabyte
 
 
 @dataclasses.dataclass

@@ -21,8 +21,8 @@ import weakref
 import numpy as np
 
 from ..core import abi, task_types
-from ..tuning import table as tuning
-from . import weights, workspace
+from ..tuning import choice as tuning_choice
+from . import identity as gpu_identity, weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
 from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
@@ -31,7 +31,7 @@ from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
 from ..core.task_graph import TaskGraph
 from ..core.tasks import Layout, TaskParams, TaskType, channel_stride
-from .call_checks import default_timeout_s, prepare_call, require_gpu
+from .call_checks import check_timeout_s, default_timeout_s, prepare_call, require_gpu
 from .workspace import WatchdogError, workspace_needs_ring
 
 
@@ -68,9 +68,7 @@ class Plan:
             raise ValueError(f"algo must be one of {KERNEL_KINDS}, got {algo!r}")
         if timeout_s is None:
             timeout_s = default_timeout_s()
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-                or not (timeout_s > 0 and np.isfinite(timeout_s)):
-            raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
+        timeout_s = check_timeout_s(timeout_s)
         if not isinstance(trace, bool):
             raise ValueError(f"trace must be True or False, got {trace!r}")
         if trace and algo != "megakernel":
@@ -105,13 +103,12 @@ class Plan:
             self._kernels[TaskType.GEMM_OUTPUT].reserve_gemm_output()
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
-        # Parameters: given, else the tuned table for this GPU (tuned / nearest / heuristic).
-        self.choice = "given"
+        # Parameters: given, else this GPU's or its architecture's tables, else the heuristic.
+        self.choice = tuning_choice.GIVEN
         fused_ok = gemm_output_tasks_allowed(self.gemm_math) and not ring_buffers   # GEMM_OUTPUT tasks may run
         if params is None or mapping is None:
-            gpu = tuning.current_gpu_key()
-            chosen_params, chosen_mapping, self.choice = tuning.choose(
-                spec, tuning.table_key(gpu, self.gemm_math), m, self.workers, fallback=gpu, fused_output=fused_ok)
+            chosen_params, chosen_mapping, self.choice = tuning_choice.choose_for_gpu(
+                spec, gpu_identity.current_identity(), self.gemm_math, m, self.workers, fused_output=fused_ok)
             params = chosen_params if params is None else params
             mapping = chosen_mapping if mapping is None else mapping
         if params.fused_output and not fused_ok:
@@ -376,7 +373,8 @@ class Plan:
         ring = f", ring of {lay.buffer_groups} of {lay.num_groups} groups" if lay.ring else ""
         ring += ", fused_output" if self.params.fused_output else ""
         return (f"Plan({self.spec.describe()}, {self.spec.layout}, m={self.params.m}, algo={self.algo}, "
-                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}{ring}, device={self.device})")
+                f"gemm_math={self.gemm_math}, tasks={self.graph.num_tasks}{ring}, device={self.device}, "
+                f"parameters: {self.choice.describe()})")
 
 
 def synchronize() -> None:

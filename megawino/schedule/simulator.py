@@ -31,6 +31,7 @@ import heapq
 import numpy as np
 
 from ..core import task_types
+from ..core.ceilings import MEASURED_CEILINGS
 from .mapping import validate_mapping
 from .timeline import Timeline
 
@@ -140,6 +141,10 @@ def expected_overlap(sm_of, worker, start, end) -> np.ndarray:
     return o
 
 
+# The H100's record: the defaults (and the CLI's model without a GPU).
+_DEFAULT = MEASURED_CEILINGS["h100"]
+
+
 def _ones() -> dict:
     """A factor of 1 per registered task type."""
     return {int(c): 1.0 for c in task_types.codes()}
@@ -157,12 +162,14 @@ class CostModel:
     tasks running side by side use the GPU better than either alone; per-type ``scale``
     and ``solo`` factors, fitted to measured traces by :meth:`calibrate`, absorb that and
     every other error; so does ``sibling_weight`` (how far a task's SM sibling follows the
-    simulated schedule rather than run-to-run jitter: what sets a small layer's tail).  Defaults: H100 ceilings (suite/baseline-h100.md).
+    simulated schedule rather than run-to-run jitter: what sets a small layer's tail).  Defaults:
+    the H100's measured ceilings; :meth:`for_ceilings` takes another GPU's
+    (megawino.gpu.identity.ceilings).
     """
 
-    flops_per_s: float = 51.3e12
-    bytes_per_s: float = 2.97e12
-    sms: int = 132
+    flops_per_s: float = _DEFAULT.flops_per_s
+    bytes_per_s: float = _DEFAULT.bytes_per_s
+    sms: int = _DEFAULT.sms
     handoff_us: float = 1.0
     scale: dict = dataclasses.field(default_factory=_ones)
     residents_per_sm: int = 2
@@ -170,7 +177,13 @@ class CostModel:
     # How far a ticket's SM sibling follows the simulated schedule (0: decorrelated by jitter,
     # expected_overlap; 1: the simulated sibling's own tasks), fitted by calibrate.
     sibling_weight: float = 0.0
-    device: str = "H100 SXM"     # the GPU whose ceilings the defaults are (said in the CLI)
+    device: str = _DEFAULT.device     # the GPU whose ceilings these are (said in the CLI)
+
+    @classmethod
+    def for_ceilings(cls, ceilings, **fields) -> "CostModel":
+        """The uncalibrated model of a GPU of ``ceilings`` (megawino.core.ceilings.Ceilings)."""
+        return cls(flops_per_s=ceilings.flops_per_s, bytes_per_s=ceilings.bytes_per_s, sms=ceilings.sms,
+                   device=ceilings.device, **fields)
 
     @property
     def workers(self) -> int:

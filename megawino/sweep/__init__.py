@@ -153,6 +153,7 @@ class LayerResult:
     note: str = ""
     error: str = ""              # the exception text when the layer failed to run
     cudnn_ms: float | None = None   # cuDNN float32 best (NCHW / channels_last), --compare cudnn
+    parameters_from: dict | None = None   # the table (or heuristic) of a Winograd plan's parameters
 
     @property
     def speedup(self) -> float | None:
@@ -196,6 +197,7 @@ class LayerResult:
             "tolerance": self.tolerance, "passed": self.passed, "tflops": _finite(self.tflops),
             "note": self.note, "error": self.error or None,
             "cudnn_ms": _finite(self.cudnn_ms), "speedup_vs_cudnn": _finite(self.speedup),
+            "parameters_from": self.parameters_from,
         }
 
 
@@ -293,9 +295,9 @@ def run_layer(layer, backend: str = "cpu", seed: int | np.random.Generator = 0,
     if backend == "cpu":
         used, ms, y = run_layer_cpu(spec, x, w, task_params, mapping_params)
         return LayerResult(name, spec, layer.count, used, ms, rel_error_cpu(y, x, w, spec), CPU_TOLERANCE)
-    used, ms, err, cudnn_ms = run_layer_gpu(gpu_runtime(), spec, x, w, rng, compare)
+    used, ms, err, cudnn_ms, source = run_layer_gpu(gpu_runtime(), spec, x, w, rng, compare)
     tolerance = None if ms is None else GPU_TOLERANCE     # None: skipped
-    return LayerResult(name, spec, layer.count, used, ms, err, tolerance, cudnn_ms=cudnn_ms)
+    return LayerResult(name, spec, layer.count, used, ms, err, tolerance, cudnn_ms=cudnn_ms, parameters_from=source)
 
 
 def run_sweep(layers: Iterable, backend: str = "auto", seed: int = 0,

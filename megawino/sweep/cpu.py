@@ -116,13 +116,14 @@ def _cpu_time_ms(fn, max_runs: int = CPU_MAX_RUNS, budget_s: float = CPU_BUDGET_
 def layer_peak_bytes(spec: LayerSpec) -> int:
     """Estimated peak memory of one CPU sweep layer: x, w and y (twice each for NHWC, which
     is converted), plus the larger of the executor's batch buffers and the reference's batch."""
-    from ..cpu.executor import _batch_layout, buffer_bytes, images_per_batch
+    from ..cpu.executor import DEFAULT_MEMORY_BUDGET, _batch_layout, buffer_bytes, images_per_batch
     copies = 1 if spec.layout == "NCHW" else 2
     arrays = 4 * (copies * (math.prod(spec.input_shape) + math.prod(spec.output_shape))
                   + math.prod(spec.weight_shape))
     if spec.winograd_eligible:
         images = images_per_batch(spec)
-        work = buffer_bytes(_batch_layout(spec, images, None, 4))
+        # an image whose buffers are more than the budget runs in bands within it
+        work = min(buffer_bytes(_batch_layout(spec, images, None, 4)), DEFAULT_MEMORY_BUDGET)
     else:
         work = 0
     reference = 8 * _reference_images(spec, np.float64) * (
@@ -189,13 +190,15 @@ def probe_seconds(spec: LayerSpec) -> float:
 
 def estimate_cpu(specs) -> CpuEstimate:
     """Peak memory (from the sizes) and time (from :func:`probe_seconds` of each distinct
-    layer; not timed below QUICK_FLOPS, nor when the memory cannot fit) of a CPU sweep."""
+    layer; not timed below QUICK_FLOPS, nor when the memory is over CONFIRM_BYTES) of a CPU sweep."""
     specs = list(specs)
     peak = max((layer_peak_bytes(s) for s in specs), default=0)
     ram = physical_memory_bytes()
     if ram is not None and peak > ram:
         return CpuEstimate(math.inf, peak)
-    if sum(s.direct_flops for s in specs) < QUICK_FLOPS:
+    # Too much memory is reason enough to ask first: no layer is timed (that would take long
+    # on exactly the sweeps that are refused).
+    if sum(s.direct_flops for s in specs) < QUICK_FLOPS or peak > CONFIRM_BYTES:
         return CpuEstimate(None, peak)
     probe_seconds(LayerSpec(1, 8, 8, 8, 8))      # warm-up: first-use costs stay out of the estimate
     seconds: dict = {}

@@ -95,8 +95,8 @@ def _rotation(cupy, first, spec: LayerSpec, rng: np.random.Generator) -> list:
 
 def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray, rng: np.random.Generator,
              compare: str | None = None):
-    """(backend, time_ms, y as a CuPy NCHW array, cuDNN ms or None), or (skip message, None,
-    None, None).  Timing: ``megawino.gpu.timing`` (rotated inputs, median of CUDA events)."""
+    """(backend, time_ms, y as a CuPy NCHW array, cuDNN ms or None, where the plan's parameters
+    came from or None).  Timing: ``megawino.gpu.timing`` (rotated inputs, median of CUDA events)."""
     import cupy
     from .cpu import _from_layout, _to_layout
     from ..gpu.timing import time_cuda_stats
@@ -116,7 +116,8 @@ def _run_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray, rng: np.ran
         from ..gpu.cudnn import cudnn_fp32_us
         xs_nchw = [_from_layout(x_, spec.layout, cupy) for x_ in xs]
         cudnn_ms = cudnn_fp32_us(spec, xs_nchw, wd)["best_us"] / 1e3
-    return backend, ms, _from_layout(out, spec.layout, cupy), cudnn_ms
+    source = getattr(plan, "choice", None)     # a Winograd plan's ParamsSource
+    return backend, ms, _from_layout(out, spec.layout, cupy), cudnn_ms, source and source.as_dict()
 
 
 def gpu_rel_error(y, x: np.ndarray, w: np.ndarray, spec: LayerSpec) -> float:
@@ -135,8 +136,9 @@ def gpu_rel_error(y, x: np.ndarray, w: np.ndarray, spec: LayerSpec) -> float:
 def run_layer_gpu(runtime, spec: LayerSpec, x: np.ndarray, w: np.ndarray,
                   rng: np.random.Generator, compare: str | None = None):
     """The GPU part of :func:`megawino.sweep.run_layer`: (backend, time_ms, rel. error
-    vs float64, cuDNN ms or None), or (skip message, None, None, None)."""
-    used, ms, y, cudnn_ms = _run_gpu(runtime, spec, x, w, rng, compare)
+    vs float64, cuDNN ms or None, the plan's parameters' source as a dict or None), or (skip
+    message, None, None, None, None)."""
+    used, ms, y, cudnn_ms, source = _run_gpu(runtime, spec, x, w, rng, compare)
     if ms is None:
-        return used, None, None, None
-    return used, ms, gpu_rel_error(y, x, w, spec), cudnn_ms
+        return used, None, None, None, None
+    return used, ms, gpu_rel_error(y, x, w, spec), cudnn_ms, source

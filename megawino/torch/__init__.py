@@ -8,15 +8,20 @@
 * :func:`report`: per layer, what runs it and why (a rich table).
 
 Inference only: under autograd the layers run ``torch.nn.functional.conv2d`` (one warning
-per process).  ``import megawino`` does not import this module (nor torch).
+per process).  ``torch.compile`` / ``torch.export`` / ``torch.jit.trace`` see each converted
+layer as the registered operator ``torch.ops.megawino.conv2d`` (:mod:`.ops`).  Inputs megawino
+does not run (float16 / bfloat16 / float64, ``torch.autocast``, an empty batch) run
+``nn.Conv2d``'s own convolution, with one note (:mod:`.routing`).  ``import megawino`` does not import this module (nor torch).
 """
 from __future__ import annotations
 
 try:
     import torch as _torch  # noqa: F401
 except ImportError as err:  # pragma: no cover - depends on the machine
-    raise ImportError("megawino.torch needs PyTorch: pip install 'megawino[torch]'") from err
+    # A missing third-party module (its name given), as Python's own import error says it.
+    raise ModuleNotFoundError("megawino.torch needs PyTorch: pip install 'megawino[torch]'", name="torch") from err
 
+from . import ops as _ops  # noqa: F401  (registers torch.ops.megawino.conv2d)
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d, weights_changed
 from .modules import ConvertReport, LayerRow, MegawinoConv2d, convert, report, unsupported_reason
 

@@ -14,9 +14,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..core.spec import pair_value
+from ..core.arguments import pair_argument
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
+from .routing import PYTORCH_REASONS, traced_conv2d, tracing
 
 __all__ = ["conv2d", "conv2d_with_algo", "conv_arguments", "weight_token", "weights_changed",
            "BACKENDS", "ALGOS", "ALGO_DESCRIPTIONS"]
@@ -31,6 +32,7 @@ ALGO_DESCRIPTIONS = {
     "cpu-executor": "megawino's CPU executor (Winograd task list)",
     "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1, equal padding only",
     "pytorch-autograd": "torch.nn.functional.conv2d: under autograd (training is out of scope)",
+    **PYTORCH_REASONS,
 }
 
 
@@ -49,12 +51,12 @@ def _integer(value, name: str) -> int:
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
 
 
-def _pair(value, name: str, minimum: int):
+def _pair_argument(value, name: str, minimum: int):
     """An int or an (h, w) pair of ints as LayerSpec takes it (equal members as one int)."""
     items = tuple(value) if isinstance(value, (tuple, list, torch.Size)) else (value,)
     if len(items) not in (1, 2):
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return pair_value(name, tuple(_integer(v, name) for v in items), minimum)
+    return pair_argument(name, tuple(_integer(v, name) for v in items), minimum)
 
 
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
@@ -62,11 +64,11 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
     filter as megawino runs them: ValueError naming the argument, else (stride, padding), each an
     int or an (h, w) pair where the dimensions differ (the direct path runs those)."""
     r, s = (int(v) for v in kernel_size)
-    if _pair(dilation, "dilation", 1) != 1:
+    if _pair_argument(dilation, "dilation", 1) != 1:
         raise ValueError(f"dilation={dilation!r}: megawino runs dilation 1 only")
     if _integer(groups, "groups") != 1:
         raise ValueError(f"groups={groups!r}: megawino runs groups=1 only (no grouped or depthwise convolution)")
-    stride = _pair(stride, "stride", 1)
+    stride = _pair_argument(stride, "stride", 1)
     if isinstance(padding, str):
         if padding == "valid":
             return ConvArguments(stride, 0)
@@ -77,8 +79,8 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
         if r % 2 == 0 or s % 2 == 0:
             raise ValueError(f"padding='same' with a {r}x{s} filter pads one side more than the other; "
                              f"megawino runs 'same' for odd filter sizes only")
-        return ConvArguments(stride, pair_value("padding", (r // 2, s // 2), 0))
-    return ConvArguments(stride, _pair(padding, "padding", 0))
+        return ConvArguments(stride, pair_argument("padding", (r // 2, s // 2), 0))
+    return ConvArguments(stride, _pair_argument(padding, "padding", 0))
 
 
 def _check_tensors(input, weight, bias) -> None:
@@ -132,7 +134,18 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     on the CPU executor (3x3 stride 1; other shapes go to torch).  ``algo``: ``"auto"``
     measures megawino's paths and PyTorch's once per shape and GPU and runs the fastest;
     ``"megakernel"``, ``"nonfused"``, ``"direct"``, ``"pointwise"`` or ``"pytorch"`` force one.  Under autograd
-    it runs torch.nn.functional.conv2d (one warning per process)."""
+    it runs torch.nn.functional.conv2d (one warning per process).  Traced (torch.compile,
+    torch.export, torch.jit.trace) it is the registered operator ``torch.ops.megawino.conv2d``."""
+    if tracing(input) and not (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (input, weight, bias))):
+        _check_tensors(input, weight, bias)
+        args = conv_arguments(weight.shape[2:], stride, padding, dilation, groups)
+        _resolve_backend(backend, input.device)
+        if algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+        check_gemm_math(gemm_math)
+        return traced_conv2d(input, weight, bias, _pair(args.stride), _pair(args.padding), 0, backend, algo,
+                             gemm_math)
     return conv2d_with_algo(input, weight, bias, stride, padding, dilation, groups,
                             backend=backend, algo=algo, gemm_math=gemm_math)[0]
 
@@ -156,6 +169,9 @@ def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, 
                           "torch.nn.functional.conv2d (run the model under torch.inference_mode() "
                           "or torch.no_grad() to use megawino)", stacklevel=3)
         return F.conv2d(input, weight, bias, args.stride, args.padding), "pytorch-autograd"
+    if input.numel() == 0:
+        # An empty batch: PyTorch's empty output (or its error, for shapes it refuses).
+        return F.conv2d(input, weight, bias, args.stride, args.padding), "pytorch-empty"
     unbatched = input.dim() == 3
     x = input.unsqueeze(0) if unbatched else input
     # torch's rule: channels_last output when the input or the weight is channels_last.
@@ -165,6 +181,10 @@ def conv2d_with_algo(input, weight, bias=None, stride=1, padding=0, dilation=1, 
     if bias is not None:
         out.add_(bias.view(1, -1, 1, 1))
     return (out.squeeze(0) if unbatched else out), ran
+
+
+def _pair(value) -> list[int]:
+    return [int(v) for v in value] if isinstance(value, (tuple, list)) else [int(value)] * 2
 
 
 def _run_cpu(x, weight, stride, padding, channels_last: bool, algo: str, gemm_math: str):

@@ -5,12 +5,15 @@
   PyTorch's cuDNN convolution in IEEE fp32, measured once per shape and GPU;
 * weight tokens (:mod:`megawino.torch.weight_tokens`): the runtime reuses a prepared
   (transformed or packed) filter while the weight's token is unchanged;
-* the runtime's workspaces come from torch's caching allocator (CUDA-graph pools included).
+* the runtime's workspaces come from torch's caching allocator: a graph's pool while a CUDA
+  graph is captured, else torch's own pool, even while torch.compile warms up its CUDA graphs
+  (``mode="reduce-overhead"``), which must not find buffers the runtime keeps in a graph's pool.
 
 Nothing here imports CuPy or touches CUDA at import time.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import threading
 from typing import NamedTuple
@@ -39,12 +42,32 @@ DEFAULT_CHOICE_MARGIN = 1.15
 # ---------------------------------------------------------------------------
 
 def _torch_workspace(nbytes: int):
-    """The runtime's workspace allocator: bytes from torch's caching allocator (so workspaces
-    made while a CUDA graph is captured come from the graph's pool)."""
+    """The runtime's workspace allocator: bytes from torch's caching allocator, from the graph's
+    pool while a CUDA graph is captured (nothing else may allocate then), else outside every
+    graph's pool (:func:`outside_graph_pools`)."""
     import cupy
     index = cupy.cuda.Device().id
-    tensor = torch.empty(int(nbytes), dtype=torch.uint8, device=torch.device("cuda", index))
+    make = functools.partial(torch.empty, int(nbytes), dtype=torch.uint8, device=torch.device("cuda", index))
+    tensor = make() if torch.cuda.is_current_stream_capturing() else outside_graph_pools(make, index)
     return _cupy_view(cupy, tensor, index, cupy.uint8)
+
+
+@functools.cache
+def _allocating_thread() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="megawino-allocate")
+
+
+def outside_graph_pools(make, index: int):
+    """``make()`` (which allocates) on a thread of megawino's own, with this thread's current
+    stream and device.  torch.compile's CUDA graphs route every allocation of the thread that
+    warms a graph up into the graph's pool, and fail where a buffer kept after the call stays
+    there: the runtime's workspaces and prepared weights are kept."""
+    stream = torch.cuda.current_stream(index)
+
+    def run():
+        with torch.cuda.device(index), torch.cuda.stream(stream):
+            return make()
+    return _allocating_thread().submit(run).result()
 
 
 @functools.cache
@@ -116,8 +139,12 @@ def _weight_view(cupy, weight: torch.Tensor, token, device: int, stream: int):
     entry = tracked(weight)
     if token is not None and entry.token == token and stream in entry.views:
         return entry.views[stream]
-    view = _cupy_view(cupy, weight.detach().contiguous(), device)
-    if token is not None and not torch.cuda.is_current_stream_capturing():
+    keep = token is not None and not torch.cuda.is_current_stream_capturing()
+    dense = weight.detach()
+    if not dense.is_contiguous():       # a kept copy is made outside any CUDA graph's pool
+        dense = outside_graph_pools(dense.contiguous, device) if keep and dense.is_cuda else dense.contiguous()
+    view = _cupy_view(cupy, dense, device)
+    if keep:
         if entry.token != token:
             entry.token, entry.views = token, {}
         entry.views[stream] = view

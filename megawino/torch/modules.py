@@ -8,6 +8,8 @@ the others alone; :func:`report` says per layer what runs it and why.
 from __future__ import annotations
 
 import dataclasses
+import io
+import shutil
 
 import torch
 from torch import nn
@@ -15,7 +17,12 @@ from torch import nn
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .functional import ALGO_DESCRIPTIONS, ALGOS, BACKENDS, conv2d_with_algo, conv_arguments
 from .gpu import MEGAWINO_ALGOS, current_stream_handle, fast_call
+from .ops import register_layer
+from .routing import note_pytorch, pytorch_reason, traced_conv2d, tracing
 from .precision import conv2d_ieee_fp32
+
+# What ran megawino's kernels (the others are PyTorch's convolution, for a reason the report gives).
+MEGAWINO_RUNS = frozenset(MEGAWINO_ALGOS) | {"cpu-executor"}
 
 # (input shape, stream) pairs a converted layer keeps a FastCall for (a model calls a layer
 # with one or two).
@@ -57,7 +64,12 @@ def _check_settings(backend: str, algo: str, gemm_math: str) -> None:
 class MegawinoConv2d(nn.Conv2d):
     """An nn.Conv2d whose forward runs :func:`megawino.torch.conv2d` (same parameters and
     ``state_dict`` keys as nn.Conv2d).  ``backend``, ``algo`` and ``gemm_math`` as there;
-    after a forward, ``megawino_algo`` names what ran and ``megawino_input_shape`` the input."""
+    after a forward, ``megawino_algo`` names what ran and ``megawino_input_shape`` the input.
+
+    Traced (torch.compile, torch.export, torch.jit.trace) the layer is the registered operator
+    ``torch.ops.megawino.conv2d``, which finds the layer by ``megawino_id``.  An input megawino
+    does not run (another dtype, torch.autocast, an empty batch, a device the backend does not
+    run) takes nn.Conv2d's own forward, with one note per reason and process."""
 
     def __init__(self, *args, backend: str = "auto", algo: str = "auto",
                  gemm_math: str = DEFAULT_GEMM_MATH, **kwargs):
@@ -75,43 +87,84 @@ class MegawinoConv2d(nn.Conv2d):
         self.megawino_algo: str | None = None
         self.megawino_input_shape: tuple[int, ...] | None = None
         self.__dict__["_megawino_fast"] = {}     # (input shape, stream) -> gpu.FastCall (or None)
+        self.__dict__["megawino_id"] = register_layer(self)
+
+    def __setstate__(self, state):
+        # A copied or unpickled layer is a layer of its own for the operator (a new id).
+        super().__setstate__(state)
+        if "megawino_backend" in self.__dict__:
+            self.__dict__["megawino_id"] = register_layer(self)
+
+    def megawino_arguments(self) -> tuple:
+        """The operator's arguments besides the tensors and the layer id: stride and padding
+        as pairs ("same" / "valid" resolved), backend, algo and gemm_math."""
+        padding = self.padding
+        if padding == "valid":
+            padding = (0, 0)
+        elif padding == "same":        # odd filters only (unsupported_reason)
+            padding = tuple(size // 2 for size in self.kernel_size)
+        return (list(self.stride), list(padding), self.megawino_backend, self.megawino_request,
+                self.megawino_gemm_math)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if tracing(input):
+            # torch.compile / export / jit.trace: the registered operator, which runs
+            # megawino_forward at run time.
+            weight, bias = self.weight, self.bias
+            if pytorch_reason(input, weight, bias, self.megawino_backend, traced=True) is not None or (
+                    torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
+                                                 or (bias is not None and bias.requires_grad))):
+                return self._conv_forward(input, weight, bias)
+            stride, padding, backend, algo, gemm_math = self.megawino_arguments()
+            return traced_conv2d(input, weight, bias, stride, padding, self.megawino_id, backend, algo, gemm_math)
+        return self.megawino_forward(input, self.weight, self.bias)
+
+    def megawino_forward(self, input: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
+        """The eager forward with these parameters (the registered operator runs it too)."""
         # A layer whose later calls can repeat an earlier call's launches goes straight there.
         fasts = self.__dict__.get("_megawino_fast")
         if fasts is None:                     # a module converted by an earlier megawino
             fasts = self.__dict__["_megawino_fast"] = {}
-        if fasts:
+        if fasts and not torch.is_autocast_enabled("cuda"):    # FastCalls are CUDA only
             stream = current_stream_handle(input)
             fast = fasts.get((input.shape, stream))
         else:
             stream = fast = None
         if fast is not None:
-            out = fast(input, self.weight, self.bias, stream)
+            out = fast(input, weight, bias, stream)
             if out is not None:
-                if self.bias is not None:
-                    out.add_(self.bias.view(1, -1, 1, 1))
+                if bias is not None:
+                    out.add_(bias.view(1, -1, 1, 1))
                 return out
+        reason = pytorch_reason(input, weight, bias, self.megawino_backend)
+        if reason is not None:
+            # What nn.Conv2d does with this input (a model converted, then .half()-ed, included).
+            note_pytorch(reason, input)
+            self._record(reason, input.shape)
+            return self._conv_forward(input, weight, bias)
         # A layer whose measured choice is PyTorch goes straight there: at batch 1 the host
         # time of the checks would otherwise cost more than the convolution.
         signature = (input.shape, input.device, input.dtype, input.is_contiguous(), input.requires_grad,
-                     self.weight.requires_grad, torch.is_grad_enabled())
+                     weight.requires_grad, torch.is_grad_enabled())
         if self.__dict__.get("_megawino_pytorch_signature") == signature:
-            return conv2d_ieee_fp32(input, self.weight, self.bias, self.stride, self.padding)
+            return conv2d_ieee_fp32(input, weight, bias, self.stride, self.padding)
         out, algo = conv2d_with_algo(
-            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+            input, weight, bias, self.stride, self.padding, self.dilation, self.groups,
             backend=self.megawino_backend, algo=self.megawino_request, gemm_math=self.megawino_gemm_math)
-        shape = tuple(input.shape)
-        if algo != self.megawino_algo or shape != self.megawino_input_shape:   # nn.Module's setattr is slow
-            self.megawino_algo, self.megawino_input_shape = algo, shape
+        self._record(algo, input.shape)
         self.__dict__["_megawino_pytorch_signature"] = signature if algo == "pytorch" else None
         if algo in MEGAWINO_ALGOS and input.is_cuda:
             if len(fasts) >= MAX_FAST_CALLS:
                 fasts.clear()
             args = conv_arguments(self.kernel_size, self.stride, self.padding, self.dilation, self.groups)
-            fasts[(input.shape, current_stream_handle(input))] = fast_call(input, self.weight, args.stride, args.padding, algo,
+            fasts[(input.shape, current_stream_handle(input))] = fast_call(input, weight, args.stride, args.padding, algo,
                                            self.megawino_gemm_math)
         return out
+
+    def _record(self, algo: str, shape) -> None:
+        shape = tuple(shape)
+        if algo != self.megawino_algo or shape != self.megawino_input_shape:   # nn.Module's setattr is slow
+            self.megawino_algo, self.megawino_input_shape = algo, shape
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, backend={self.megawino_backend!r}, "
@@ -182,9 +235,22 @@ class ConvertReport:
     def left_alone(self) -> dict[str, str]:
         return {row.name: row.note for row in self.rows if not row.replaced}
 
+    @property
+    def on_megawino(self) -> list[str]:
+        """The converted layers whose last call ran megawino's kernels (not PyTorch's)."""
+        return [row.name for row in self.rows if row.replaced and row.algo in MEGAWINO_RUNS]
+
+    def title(self) -> str:
+        converted, total = len(self.replaced), len(self.rows)
+        ran = [row for row in self.rows if row.replaced and row.algo is not None]
+        if not ran:
+            return f"megawino.torch: {converted} of {total} Conv2d layers converted (each chooses at its first call)"
+        return (f"megawino.torch: {len(self.on_megawino)} of {total} Conv2d layers ran on megawino at their "
+                f"last call ({converted} converted, {len(ran) - len(self.on_megawino)} of those ran PyTorch)")
+
     def table(self):
         from rich.table import Table
-        table = Table(title=f"megawino.torch: {len(self.replaced)} of {len(self.rows)} Conv2d layers on megawino")
+        table = Table(title=self.title())
         for column in ("layer", "shape", "input", "runs on", "note"):
             table.add_column(column)
         for row in self.rows:
@@ -193,13 +259,21 @@ class ConvertReport:
             elif row.algo is None:
                 runs_on = "megawino (chosen at first call)"
             else:
-                runs_on = row.algo if row.algo in ALGO_DESCRIPTIONS else f"[green]{row.algo}[/]"
+                runs_on = f"[green]{row.algo}[/]" if row.algo in MEGAWINO_RUNS else row.algo
             shape = "" if row.input_shape is None else "x".join(map(str, row.input_shape))
             table.add_row(row.name or "(model)", row.shape, shape, runs_on, row.note)
         return table
 
     def __rich__(self):
         return self.table()
+
+    def __str__(self) -> str:
+        # print(report) shows the table, as rich's console does, without colours.
+        from rich.console import Console
+        out = io.StringIO()
+        Console(file=out, width=max(120, shutil.get_terminal_size().columns), color_system=None,
+                force_terminal=False).print(self.table())
+        return out.getvalue().rstrip("\n")
 
 
 def report(model: nn.Module) -> ConvertReport:

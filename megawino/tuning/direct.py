@@ -25,7 +25,8 @@ from typing import Callable, Iterable
 
 from .. import direct   # through the package, as callers see it (megawino.direct.<name>)
 from ..core.spec import LayerSpec
-from ..core.user_files import write_text_atomically
+from ..core.json_files import read_json
+from ..core.user_files import check_writable, write_text_atomically
 from ..direct.config import DirectConfig, parse_direct_table
 
 __all__ = ["measure_config", "tune_layers", "layers_for", "main"]
@@ -94,7 +95,7 @@ def _entries_for_update(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, "JSON direct-config table")
         parse_direct_table(data, path)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         reason = str(err).removeprefix(f"{path}: ")
@@ -111,14 +112,17 @@ def tune_layers(specs: Iterable[LayerSpec], top: int = 12, budget_s: float = 280
     (``write``) save ``{"gpu", "entries": {mapping_key: {...}}}``.
 
     ``out`` defaults to the user's tuned table (``<cache>/direct_<gpu>.json``,
-    megawino.core.user_files); it is written atomically, and a file there that is not a direct table
-    is a ValueError before anything is measured.
+    megawino.core.user_files); it is written atomically, only when a config was measured, and a
+    file there that is not a direct table, or a place that cannot be written, is a ValueError
+    before anything is measured.
     ``measure(spec, cfg) -> microseconds`` replaces the GPU timing (tests use it)."""
     specs = list(dict.fromkeys(s.with_(name="") for s in specs))   # distinct shapes
     if gpu is None:
         gpu = direct._current_gpu() if measure is None else "test"
     path = Path(out) if out is not None else _default_out(gpu)
     old = _entries_for_update(path) if write else {}
+    if write:
+        check_writable(path)            # before the budget is spent, not after
     if measure is None:
         cache: dict = {}
 
@@ -175,7 +179,7 @@ def tune_layers(specs: Iterable[LayerSpec], top: int = 12, budget_s: float = 280
         run(lambda desc: None)
 
     table = {"gpu": gpu, "entries": entries}
-    if write:
+    if write and entries:               # measured nothing: nothing written
         merged = {"gpu": gpu, "entries": {**old, **entries}}
         parse_direct_table(merged, path)
         write_text_atomically(path, json.dumps(merged, indent=1, sort_keys=True) + "\n")
@@ -200,22 +204,40 @@ def layers_for(network: str | None = None, suite: str | None = None, batch: int 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="tune the direct-convolution configs on this GPU")
+    """The command line; exit 0 with a table written, 1 when nothing could be measured (no file
+    written), 2 for bad arguments or an output that cannot be written (one line on stderr)."""
+    from ..core.arguments import positive_float, positive_int
+
+    parser = argparse.ArgumentParser(prog="python -m megawino.tuning.direct",
+                                     description="tune the direct-convolution configs on this GPU")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--network", help="a network of megawino.core.networks (its non-3x3 layers)")
     group.add_argument("--suite", default=None, help="a suite of layers.json (default: direct)")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=positive_int, default=64)
     parser.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"))
-    parser.add_argument("--top", type=int, default=12,
+    parser.add_argument("--top", type=positive_int, default=12,
                         help="configs measured per layer, best by the model first (the model's "
                              "ranking is not sharp enough for a shorter list)")
-    parser.add_argument("--budget", type=float, default=280.0, help="seconds")
+    parser.add_argument("--budget", type=positive_float, default=280.0, help="seconds")
     parser.add_argument("--out", default=None,
                         help="JSON path (default: direct_<gpu>.json in $MEGAWINO_CACHE_DIR, else "
-                             "$XDG_CACHE_HOME/megawino, else ~/.cache/megawino)")
+                             "$XDG_CACHE_HOME/megawino, else ~/.cache/megawino); written only when "
+                             "a config was measured")
     args = parser.parse_args(argv)
-    specs = layers_for(args.network, args.suite, args.batch, args.layout)
-    table = tune_layers(specs, top=args.top, budget_s=args.budget, out=args.out)
+    from ..gpu.call_checks import require_gpu
+    try:
+        specs = layers_for(args.network, args.suite, args.batch, args.layout)
+        if args.out is not None:
+            check_writable(args.out)
+        require_gpu()
+        table = tune_layers(specs, top=args.top, budget_s=args.budget, out=args.out)
+    except ValueError as err:
+        parser.exit(2, f"{parser.prog}: error: {' '.join(str(err).split())}\n")
+    except RuntimeError as err:          # no GPU: nothing can be measured
+        parser.exit(1, f"{parser.prog}: error: {' '.join(str(err).split())}; no table written\n")
+    if not table["entries"]:
+        parser.exit(1, f"{parser.prog}: error: measured nothing (every config failed or the budget "
+                       "ran out before the first); no table written\n")
     for key, entry in table["entries"].items():
         print(f"{key:32s} {entry['config']:26s} {entry['us']} us  {entry['tflops']} TFLOP/s "
               f"(model {entry['predicted_us']} us)")

@@ -1,28 +1,30 @@
 """The mapping tuner behind ``megawino tune``.
 
-For each layer (GPU required):
-1. run the heuristic choice ``traces`` times (default 3) with tracing and calibrate
-   the simulator's cost model on those measured timelines, pooled (per-type scale and
-   SM-sharing factor, hand-off latency; :func:`calibrate_on_traces`);
-2. simulate every candidate of :func:`megawino.tuning.table.candidate_space` with the
-   calibrated model and keep the ``top`` predicted ones;
-3. time those, the heuristic choice and the sequential mapping on the GPU with
-   :func:`megawino.gpu.timing.time_cuda_stats` (inputs rotated past the L2);
-4. measure the fastest of step 3 again with the heuristic choice, the sequential mapping and
-   the table's current entry for the shape (if any), alternating, ``confirm_rounds`` times
-   (:func:`confirm`): the first pass's fastest time is the minimum over many noisy candidates,
-   biased low; the medians of the confirmation decide which ships and give its time and
-   speed-ups, so a re-tune never replaces an entry by one it measured slower;
-5. write the winner, its time and its speed-ups over the heuristic and the
-   sequential mapping into the table (by default the user's ``<cache>/<gpu>.json``, see
-   :mod:`megawino.core.user_files`).  The sequential order is a candidate too: when it is the fastest, the table holds its MappingParams equivalent
+For each layer (GPU required), within the share of the budget :mod:`megawino.tuning.budget`
+gives it:
+1. time the heuristic choice, the sequential order and the *seeds*: every shipped table's entry
+   for the shape and for near shapes (:func:`seed_configs`: all GPUs' tables, both arithmetics)
+   and the choice plans make today (:func:`current_choice`: this GPU's table, a table of its
+   architecture, or the heuristic);  these are always measured, whatever the simulator thinks;
+2. while the layer's share lasts: run the heuristic choice ``traces`` times with tracing,
+   calibrate the simulator's cost model on those timelines (:func:`calibrate_on_traces`),
+   simulate every candidate of :func:`megawino.tuning.space.candidate_space` and time the ``top``
+   predicted ones, then the ring-buffer form of the fastest (V and M in the fewest group slots);
+3. measure the fastest so far again with the heuristic choice, the sequential mapping and the
+   current choice, alternating, ``confirm_rounds`` times (:func:`confirm`): the first pass's
+   fastest time is the minimum over many noisy candidates, biased low; the medians decide, so an
+   entry is never written that measured slower than what the plans would use without it;
+4. write the winner, its time and its speed-ups over the heuristic and the sequential mapping
+   into the table (by default the user's ``<cache>/<gpu>.json``, see
+   :mod:`megawino.core.user_files`).  The sequential order is a candidate too: when it is the
+   fastest, the table holds its MappingParams equivalent
    (:func:`megawino.schedule.mapping.sequential_equivalent`, ``sequential_order: true``) and the
    speed-up over sequential is 1 (a tie).
 """
 from __future__ import annotations
 
-__all__ = ["calibrate_on_traces", "rank_by_simulation", "confirm", "confirmation_configs", "incumbent_entry",
-           "tune_layer", "tune", "summary"]
+__all__ = ["calibrate_on_traces", "rank_by_simulation", "confirm", "confirmation_configs", "current_choice",
+           "seed_configs", "tune_layer", "tune", "summary"]
 
 import dataclasses
 import datetime
@@ -32,8 +34,10 @@ import time
 
 import numpy as np
 
-from . import table as tuning
-from ..schedule.mapping import build_interleaved, sequential_equivalent
+from . import budget, choice, space, table as tuning
+from ..gpu import identity as gpu_identity
+from ..schedule.mapping import build_interleaved, resolve_order, ring_buffer_groups, sequential_equivalent
+from ..core import user_files
 from ..schedule.simulator import CostModel, simulate
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph, default_params
@@ -43,15 +47,17 @@ from ..gpu.timing import rotated_inputs
 
 
 def calibrate_on_traces(records, order, graph, blocks_per_sm: int,
-                        label: str = "") -> tuple[CostModel, list[Timeline], float]:
+                        label: str = "", ceilings=None) -> tuple[CostModel, list[Timeline], float]:
     """The tuner's calibration, shared with ``bench/sim_check.py``: the cost model fitted
-    to every raw trace in ``records`` (each [tickets][4] from ``plan.trace()``) pooled,
+    to every raw trace in ``records`` (each [tickets][4] from ``plan.trace()``) pooled, starting
+    from ``ceilings`` (megawino.gpu.identity.Ceilings; default the H100's),
     the measured timelines, and the median of their makespans (one trace of a small layer
     is too noisy to calibrate on)."""
     timelines = [Timeline.from_gpu_trace(r, order, graph, label=label) for r in records]
     if not timelines:
         raise ValueError("calibrate_on_traces needs at least one trace")
-    model = CostModel(residents_per_sm=max(1, int(blocks_per_sm))).calibrate(timelines, graph)
+    start = CostModel.for_ceilings(ceilings) if ceilings is not None else CostModel()
+    model = dataclasses.replace(start, residents_per_sm=max(1, int(blocks_per_sm))).calibrate(timelines, graph)
     return model, timelines, float(np.median([t.makespan for t in timelines]))
 
 
@@ -60,20 +66,26 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
     """Candidates to measure, best predicted first: every task-size option with the
     heuristic mapping (the simulator's roofline cannot see how the GEMM tile's
     efficiency changes with task size, so each option is measured), then the best
-    simulated mappings of the ``top // 2`` most promising task sizes."""
+    simulated mappings of the ``top // 2`` most promising task sizes.  Simulation stops at
+    ``sim_budget_s`` (the task sizes simulated by then are ranked)."""
     by_params: dict = {}
-    for params, mp in tuning.candidate_space(spec, workers=workers, fused_output=fused_output):
+    for params, mp in space.candidate_space(spec, workers=workers, fused_output=fused_output):
         by_params.setdefault(params, []).append(mp)
-    graphs = {p: build_graph(spec, p) for p in by_params}
+    graphs: dict = {}            # built as the task sizes are simulated
     deadline = time.perf_counter() + sim_budget_s
 
     def predict(params, mp) -> float:
         graph = graphs[params]
         return simulate(graph, build_interleaved(graph, mp).order, workers, model).makespan
 
-    heuristic = {p: tuning.default_mapping_params(graphs[p].layout, workers) for p in by_params}
-    base = sorted(({"params": p, "mapping": heuristic[p], "predicted_us": predict(p, heuristic[p])}
-                   for p in by_params), key=lambda r: r["predicted_us"])
+    base = []
+    for p in by_params:
+        if base and time.perf_counter() > deadline:
+            break
+        graph = graphs[p] = build_graph(spec, p)
+        heuristic = tuning.default_mapping_params(graph.layout, workers)
+        base.append({"params": p, "mapping": heuristic, "predicted_us": predict(p, heuristic)})
+    base.sort(key=lambda r: r["predicted_us"])
     extra = []
     for cand in base[:max(1, top // 2)]:
         sims = []
@@ -141,36 +153,69 @@ def confirmation_configs(default, sequential, winner, incumbent=None) -> dict:
     return configs
 
 
+def seed_configs(spec: LayerSpec, fused_output: bool, m: int = 4) -> list[tuple[str, tuple]]:
+    """(label, (TaskParams, MappingParams)) of every shipped table's entry for ``spec``'s shape,
+    then for its near shapes (:func:`megawino.tuning.choice.is_near`; ring slots dropped: they
+    are counted for the entry's own shape), each configuration once, in file order."""
+    lookup = spec.with_(layout="NCHW", name="").shape_string
+    exact, near = [], []
+    for path in sorted(tuning.mapping_dir().glob("*.json")):
+        if path.stem.startswith("direct_"):
+            continue
+        for shape, entry in tuning.read_table(path)["layers"].items():
+            if entry["params"]["m"] != m:
+                continue
+            if shape == lookup:
+                exact.append((f"{path.name}", choice.entry_params(entry, spec, fused_output)))
+            elif choice.is_near(spec, shape):
+                params, mapping = choice.entry_params(entry, spec, fused_output)
+                near.append((f"{path.name} {shape}", (dataclasses.replace(params, buffer_groups=None), mapping)))
+    seen, seeds = set(), []
+    for label, config in exact + near:
+        if config not in seen:
+            seen.add(config)
+            seeds.append((label, config))
+    return seeds
+
+
+def current_choice(spec: LayerSpec, gpu, gemm_math: str, fused_output: bool):
+    """(TaskParams, MappingParams, ParamsSource) that plans of ``gemm_math`` on ``gpu`` (a
+    GpuIdentity) use for ``spec`` today (:func:`megawino.tuning.choice.choose_for_gpu`), or the
+    heuristic where MEGAWINO_MAPPING names a file not written yet."""
+    try:
+        return choice.choose_for_gpu(spec, gpu, gemm_math, fused_output=fused_output)
+    except FileNotFoundError:
+        return choice.choose_in(spec, [], fused_output=fused_output)
+
+
+def ring_form(spec: LayerSpec, params, mapping):
+    """``params`` with V and M in the fewest group slots ``mapping``'s order allows, or None where
+    that is no ring (every group needs its own slot) or the graph has GEMM_OUTPUT tasks."""
+    if params.fused_output or params.buffer_groups is not None:
+        return None
+    graph = build_graph(spec, params)
+    slots = ring_buffer_groups(graph, resolve_order(graph, mapping))
+    return dataclasses.replace(params, buffer_groups=slots) if slots < graph.layout.num_groups else None
+
+
 def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int = 10,
                deadline: float | None = None, traces: int = 3, confirm_rounds: int = 3,
-               gemm_math: str | None = None, incumbent: tuple | None = None) -> dict:
+               gemm_math: str | None = None, incumbent: tuple | None = None, seeds=(),
+               ceilings=None) -> dict:
     """Tune one layer (plans of ``gemm_math``, default the runtime's); returns the table entry's
-    measured fields plus the winner.  ``incumbent`` (the table's (TaskParams, MappingParams) for
-    the shape, if any) takes part in the confirmation, so that a re-tune ships nothing slower than
-    what the table held there, whatever the simulator ranks first."""
-    if gemm_math is not None:
-        runtime = _GemmMathRuntime(runtime, gemm_math)
+    measured fields plus the winner.  ``seeds`` ((label, (TaskParams, MappingParams)) pairs) are
+    measured first, whatever the deadline; the simulator's candidates only until ``deadline``.
+    ``incumbent`` (the (TaskParams, MappingParams) plans use today, if not the heuristic) takes
+    part in the confirmation, so nothing slower than it is shipped."""
+    gemm_math = gemm_math or DEFAULT_GEMM_MATH
+    runtime = _GemmMathRuntime(runtime, gemm_math)
     rng = np.random.default_rng(seed)
     xs, w = rotated_inputs(spec, rng)
-    params, mp, source = tuning.choose(spec, key=None)       # the heuristic, not the table
-    traced = runtime.plan(spec, params=params, mapping=mp, trace=True)
-    records = []
-    for i in range(max(1, traces)):
-        traced(xs[i % len(xs)], w)
-        records.append(np.asarray(traced.trace(), dtype=np.int64))
-    graph = traced.graph
-    workers = int(traced.workers)
-    model, _, trace_makespan = calibrate_on_traces(records, traced.order, graph,
-                                                   traced.blocks_per_sm, label=spec.name)
-    predicted_default = simulate(graph, traced.order, workers, model).makespan
-    del traced
-    ranked = rank_by_simulation(spec, model, workers, top,
-                                fused_output=gemm_output_tasks_allowed(gemm_math or DEFAULT_GEMM_MATH))
-
+    params, mp, _ = choice.choose(spec, key=None)       # the heuristic, not the table
     default_us = measure_us(runtime, spec, params, mp, xs, w, reps)
     seq_task_params = default_params(spec)
     sequential_us = measure_us(runtime, spec, seq_task_params, "sequential", xs, w, reps)
-    default_entry = {"params": params, "mapping": mp, "predicted_us": predicted_default}
+    default_entry = {"params": params, "mapping": mp, "predicted_us": None}
     seq_memo: list = []
 
     def sequential_entry():
@@ -189,14 +234,53 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
     # winner's speed-up over sequential is then exactly 1 (a tie, not a win).
     if sequential_us < best["time_us"] and sequential_entry() is not None:
         best = dict(sequential_entry(), time_us=sequential_us)
+    measured = {(params, mp)}
     tried = 0
-    for cand in ranked:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        t = measure_us(runtime, spec, cand["params"], cand["mapping"], xs, w, reps)
+
+    def try_config(config, predicted=None) -> None:
+        nonlocal best, tried
+        if config in measured:
+            return
+        measured.add(config)
+        try:
+            t = measure_us(runtime, spec, *config, xs, w, reps)
+        except (ValueError, MemoryError):   # a seed this plan cannot take (limits, memory)
+            return
         tried += 1
         if t < best["time_us"]:
-            best = dict(cand, time_us=t)
+            best = {"params": config[0], "mapping": config[1], "predicted_us": predicted, "time_us": t}
+
+    began = time.perf_counter()
+    for _, config in seeds:
+        try_config(config)
+    # The simulator's candidates only where ``top`` of them and the traces fit before the deadline.
+    one_s = (time.perf_counter() - began) / max(1, tried) if tried else 0.0
+    simulated = {}
+    if deadline is None or time.perf_counter() + (traces + top) * one_s + 1.0 < deadline:
+        traced = runtime.plan(spec, params=params, mapping=mp, trace=True)
+        records = []
+        for i in range(max(1, traces)):
+            traced(xs[i % len(xs)], w)
+            records.append(np.asarray(traced.trace(), dtype=np.int64))
+        graph, workers = traced.graph, int(traced.workers)
+        model, _, trace_makespan = calibrate_on_traces(records, traced.order, graph, traced.blocks_per_sm,
+                                                       label=spec.name, ceilings=ceilings)
+        predicted_default = simulate(graph, traced.order, workers, model).makespan
+        del traced
+        sim_budget = 20.0 if deadline is None else max(1.0, min(20.0, (deadline - time.perf_counter()) / 3))
+        ranked = rank_by_simulation(spec, model, workers, top, sim_budget_s=sim_budget,
+                                    fused_output=gemm_output_tasks_allowed(gemm_math))
+        simulated = {"trace_makespan_us": trace_makespan, "simulated_makespan_us": float(predicted_default),
+                     "simulator_error": float(abs(predicted_default - trace_makespan) / trace_makespan)}
+        for cand in ranked:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            try_config((cand["params"], cand["mapping"]), cand["predicted_us"])
+        # The fastest's ring-buffer form (V and M in fewer group slots: less memory traffic
+        # beyond the L2, at the cost of the ring's waits).
+        ring = None if best.get("sequential_order") else ring_form(spec, best["params"], best["mapping"])
+        if ring is not None and (deadline is None or time.perf_counter() < deadline):
+            try_config((ring, best["mapping"]))
     # Confirmation: the first pass's best is the minimum of many noisy times (biased low).
     winner = None if best.get("sequential_order") else (best["params"], best["mapping"])
     configs = confirmation_configs((params, mp), (seq_task_params, "sequential"), winner, incumbent)
@@ -223,59 +307,57 @@ def tune_layer(runtime, spec: LayerSpec, top: int = 6, seed: int = 0, reps: int 
         "candidates_measured": tried,
         "confirm_rounds": confirm_rounds,
         "sequential_order": bool(best.get("sequential_order", False)),
-        "trace_makespan_us": trace_makespan,
-        "simulated_makespan_us": float(predicted_default),
-        "simulator_error": float(abs(predicted_default - trace_makespan) / trace_makespan),
+        **simulated,
     }
-
-
-def incumbent_entry(spec: LayerSpec, key: str, gpu: str, fused_output: bool = True):
-    """(TaskParams, MappingParams) that plans of table ``key`` on GPU ``gpu`` (GEMM_OUTPUT entries
-    only with ``fused_output``: 3xTF32 plans) use for ``spec``
-    today when a table has its shape (:func:`megawino.tuning.table.choose`: the override, the
-    user's, the shipped table; the GPU's own table after an own-arithmetic key's), else None
-    (also where MEGAWINO_MAPPING names a file not written yet: nothing to keep)."""
-    try:
-        params, mapping, source = tuning.choose(spec, key, fallback=gpu, fused_output=fused_output)
-    except FileNotFoundError:
-        return None
-    return (params, mapping) if source.startswith("tuned") else None
 
 
 def tune(specs, out_path=None, top: int = 6, budget_s: float = 600.0, reps: int = 10,
          on_start=None, on_done=None, gemm_math: str | None = None) -> dict:
-    """Tune every layer within ``budget_s`` seconds; updates the JSON table at ``out_path``
-    (default: the user's tuned table for this GPU and ``gemm_math``, :func:`megawino.tuning.table.user_table_path`
-    of :func:`megawino.tuning.table.table_key`)
+    """Tune every layer of ``specs`` that fits in ``budget_s`` seconds (megawino.tuning.budget:
+    each layer gets at least its seeds and confirmation; a layer whose minimum does not fit is
+    left untouched and listed in the result's ``skipped``); updates the JSON table at
+    ``out_path`` (default: the user's tuned table for this GPU and ``gemm_math``,
+    :func:`megawino.tuning.table.user_table_path` of :func:`megawino.tuning.table.table_key`)
     atomically after each layer.  A file there that is not a mapping table is a ValueError
     before anything is measured."""
     from .. import runtime
-    name = tuning.device_name()
-    gpu = tuning.gpu_key(name)
-    key = tuning.table_key(gpu, gemm_math or DEFAULT_GEMM_MATH)
+    gemm_math = gemm_math or DEFAULT_GEMM_MATH
+    gpu = gpu_identity.current_identity()
+    ceilings = gpu_identity.ceilings(gpu)
+    key = tuning.table_key(gpu.key, gemm_math)
     path = pathlib.Path(out_path) if out_path else tuning.user_table_path(key)
     table = tuning.table_for_update(path)
-    table.update(gpu=name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
+    user_files.check_writable(path)      # before any layer is measured, not after the first
+    table.update(gpu=gpu.name, key=key, updated=datetime.datetime.now(datetime.timezone.utc)
                  .isoformat(timespec="seconds"), method=__doc__.split("\n\n", 1)[1].strip())
-    deadline = time.perf_counter() + budget_s
-    results = []
-    for i, spec in enumerate(specs):
+    fused_ok = gemm_output_tasks_allowed(gemm_math)
+    jobs = []
+    for spec in specs:
+        params, mapping, source = current_choice(spec, gpu, gemm_math, fused_ok)
+        incumbent = None if source.kind == "heuristic" else (params, mapping)
+        seeds = seed_configs(spec, fused_ok)
+        if incumbent is not None:
+            seeds = [(str(source), incumbent)] + [s for s in seeds if s[1] != incumbent]
+        jobs.append(budget.LayerJob(spec, seeds, incumbent, budget.minimum_s(spec, len(seeds), ceilings, reps)))
+    schedule = budget.Schedule(jobs, budget_s)
+    for i, job in enumerate(jobs):
         if on_start:
-            on_start(i, spec)
-        if time.perf_counter() > deadline:
-            results.append((spec, None))
+            on_start(i, job.spec)
+        deadline = schedule.start(job)
+        if deadline is None:
+            if on_done:
+                on_done(i, job.spec, None)
             continue
-        per_layer = deadline - (budget_s / len(specs)) * (len(specs) - i - 1)
-        res = tune_layer(runtime, spec, top=top, reps=reps, deadline=per_layer, gemm_math=gemm_math,
-                         incumbent=incumbent_entry(spec, key, gpu,
-                                                   gemm_output_tasks_allowed(gemm_math or DEFAULT_GEMM_MATH)))
+        res = tune_layer(runtime, job.spec, top=top, reps=reps, deadline=deadline, gemm_math=gemm_math,
+                         incumbent=job.incumbent, seeds=job.seeds, ceilings=ceilings)
+        schedule.done(job)
         win = res.pop("winner")
-        tuning.write_entry(table, spec, win["params"], win["mapping"], **res)
+        tuning.write_entry(table, job.spec, win["params"], win["mapping"], **res)
         tuning.write_table(path, table)
-        results.append((spec, res))
         if on_done:
-            on_done(i, spec, res)
+            on_done(i, job.spec, res)
     table["path"] = str(path)
+    table["skipped"] = [job.spec for job in schedule.skipped]
     return table
 
 
@@ -284,13 +366,12 @@ def summary(table: dict) -> dict:
     if not entries:
         return {}
     geo = lambda vals: math.exp(sum(map(math.log, vals)) / len(vals))  # noqa: E731
+    errors = [e["simulator_error"] for e in entries if "simulator_error" in e]
     return {
         "layers": len(entries),
         "beat_sequential": sum(e["speedup_vs_sequential"] > 1 for e in entries),
         "sequential_is_best": sum(bool(e.get("sequential_order")) for e in entries),
         "geomean_speedup_vs_default": geo([e["speedup_vs_default"] for e in entries]),
         "geomean_speedup_vs_sequential": geo([e["speedup_vs_sequential"] for e in entries]),
-        "median_simulator_error": float(np.median([e["simulator_error"] for e in entries])),
+        "median_simulator_error": float(np.median(errors)) if errors else None,
     }
-
-

@@ -1,14 +1,6 @@
-"""Tuned parameter tables (``mapping/<gpu>.json``), the run-time choice of task and
-mapping parameters, and the search space the tuner explores.
-
-Choice for a layer, in order:
-1. ``tuned``: the table for this GPU has the layer's exact shape.
-2. ``nearest``: the tuned shape closest in log(C), log(K) and log(tiles) lends its
-   parameters (the paper's section 7.4: the best DIG and M follow the channel
-   counts, and task sizes follow the GEMM shape).
-3. ``heuristic``: ``default_params`` and ``default_mapping_params`` (one wave of
-   resident blocks between parent and child, so a parent fetched one wave earlier
-   has usually ended when its child is fetched; M = 4 groups share a filter matrix).
+"""Tuned parameter tables (``mapping/<gpu>.json``): their schema, reading, validation and
+writing.  Which entry a plan uses is :mod:`megawino.tuning.choice`; the tuner's search space is
+:mod:`megawino.tuning.space`; which GPU this is, :mod:`megawino.gpu.identity`.
 
 Tables, in order: ``MEGAWINO_MAPPING=path`` alone when set; else the user's tuned table
 (``<cache>/<gpu>.json``, :mod:`megawino.core.user_files`; written by ``megawino tune``) whose
@@ -23,22 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import os
 import pathlib
-import re
 
-from ..core import user_files
-from ..schedule.mapping import MappingParams
+from ..core import json_files, user_files
+from ..schedule.mapping import MappingParams, build_interleaved, ring_buffer_groups
 from ..core.resources import mapping_dir
 from ..core.spec import LayerSpec, parse_shape
-from ..core.task_sizes import DEFAULT_WORKERS, check_size, default_params, transform_chunk, transform_split
-from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_TILES, K_ALIGN,
-                          LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS, Layout, TaskParams, channel_stride,
-                          gemm_output_fits, round_up)
-from ..core.winograd import tiles_for
+from ..core.task_sizes import DEFAULT_WORKERS, build_graph, check_size
+from ..core.tasks import Layout, TaskParams
 
 ENV_OVERRIDE = "MEGAWINO_MAPPING"
 
@@ -59,30 +46,6 @@ PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
 # Tables written before TaskParams had buffer_groups (no ring) or fused_output (GEMM and output
 # tasks) stay valid.
 PARAM_REQUIRED = tuple(name for name in PARAM_FIELDS if name not in ("buffer_groups", "fused_output"))
-
-
-def gpu_key(device_name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'h100'; unknown names -> a file-safe slug."""
-    match = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", device_name.upper())
-    if match:
-        return match.group(1).lower()
-    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "unknown"
-
-
-def device_name() -> str:
-    """The current CUDA device's name ('' without CuPy or a device)."""
-    try:
-        import cupy
-        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    except Exception:   # no CuPy, driver or device
-        return ""
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
-def current_gpu_key(default: str = "h100") -> str:
-    """Key of this machine's GPU tables; ``default`` (the H100, our target) without a GPU."""
-    name = device_name()
-    return gpu_key(name) if name else default
 
 
 # GEMM arithmetics whose GEMM tasks run at speeds of their own get a table of their own,
@@ -110,6 +73,10 @@ JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number"
                    bool: "boolean"}
 
 
+# Integers in a table are sizes, counts and ticket distances the kernels hold in int32.
+JSON_INT_MAX = 2**31 - 1
+
+
 def json_value_ok(value, kind) -> bool:
     """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
     if kind in (int, float) and isinstance(value, bool):
@@ -131,8 +98,14 @@ def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
         raise ValueError(f"{what}: missing {missing[0]!r}")
     for key, value in obj.items():
         kind = fields[key]
-        if kind is not None and not (value is None and key in nullable) and not json_value_ok(value, kind):
-            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r}")
+        if kind is None or (value is None and key in nullable):
+            continue
+        if not json_value_ok(value, kind):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r:.40}")
+        # and one the runtime can use: a finite number, an integer within int32
+        if not (math.isfinite(value) if kind is float else kind is not int or abs(value) <= JSON_INT_MAX):
+            raise ValueError(f"{what}: {key!r} must be a {'finite ' if kind is float else ''}JSON "
+                             f"{JSON_TYPE_NAMES[kind]}{' within int32' if kind is int else ''}, got {value!r:.40}")
 
 
 def mapping_from_entry(obj: dict) -> MappingParams:
@@ -160,9 +133,23 @@ def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams
         params = TaskParams(**entry["params"])
         mapping = mapping_from_entry(entry["mapping"])
         check_size(spec, params)
+        check_ring(spec, params, mapping)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     return spec, params, mapping
+
+
+def check_ring(spec: LayerSpec, params: TaskParams, mapping: MappingParams) -> None:
+    """ValueError unless ``params.buffer_groups`` (when set) holds at least the ring the entry's
+    own ticket order allows (:func:`megawino.schedule.mapping.ring_buffer_groups`): a smaller ring
+    would make a child wait for a slot its own parent still holds."""
+    if params.buffer_groups is None:
+        return
+    whole = build_graph(spec, dataclasses.replace(params, buffer_groups=None))
+    fewest = ring_buffer_groups(whole, build_interleaved(whole, mapping).order)
+    if params.buffer_groups < fewest:
+        raise ValueError(f"params.buffer_groups={params.buffer_groups} is a smaller ring than the entry's "
+                         f"ticket order allows (at least {fewest} of {whole.layout.num_groups} groups)")
 
 
 def validate_table(data, source) -> dict:
@@ -180,13 +167,7 @@ def validate_table(data, source) -> dict:
 def read_table(path) -> dict:
     """The validated table at ``path`` (JSON errors and schema errors name the file)."""
     path = pathlib.Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not a JSON mapping table ({err})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a JSON mapping table (not UTF-8 text)") from None
-    return validate_table(data, path)
+    return validate_table(json_files.read_json(path, "JSON mapping table"), path)
 
 
 @functools.lru_cache(maxsize=8)
@@ -238,128 +219,6 @@ def write_table(path, table: dict) -> pathlib.Path:
 
 def default_mapping_params(layout: Layout, workers: int = DEFAULT_WORKERS) -> MappingParams:
     return MappingParams(dig=workers, dgo=workers, groups_per_column=min(4, layout.num_groups))
-
-
-def entry_params(entry: dict, spec: LayerSpec, fused_output: bool = True) -> tuple[TaskParams, MappingParams]:
-    """The entry's parameters for ``spec`` (its own shape's or a borrowed one's); a GEMM_OUTPUT
-    entry gives the heuristic's task sizes (with the entry's mapping) where ``fused_output`` is off
-    (plans of another GEMM arithmetic) or the layer's C is too wide for GEMM_OUTPUT tasks."""
-    params = dict(entry["params"])
-    if params.get("fused_output") and not (fused_output and gemm_output_fits(spec)):
-        return default_params(spec, params["m"]), mapping_from_entry(entry["mapping"])
-    if not params.get("fused_output"):
-        # A borrowed GEMM K width may not fit a layer with fewer output channels.
-        params["gemm_k_per_task"] = min(params["gemm_k_per_task"], round_up(spec.K, K_ALIGN))
-    return TaskParams(**params), mapping_from_entry(entry["mapping"])
-
-
-def _shape_distance(spec: LayerSpec, entry: dict) -> float:
-    shape = entry["spec"]
-    other = LayerSpec(**{k: shape[k] for k in ("N", "C", "K", "H", "W")})
-    tiles = lambda s: s.N * math.ceil(s.out_h / 4) * math.ceil(s.out_w / 4)  # noqa: E731
-    return (abs(math.log(spec.C / other.C)) + abs(math.log(spec.K / other.K))
-            + 0.5 * abs(math.log(tiles(spec) / tiles(other))))
-
-
-def choose(spec: LayerSpec, key: str | None = None, m: int = 4, workers: int = DEFAULT_WORKERS,
-           fallback: str | None = None, fused_output: bool = True) -> tuple[TaskParams, MappingParams, str]:
-    """Task and mapping parameters for ``spec`` and where they came from: table ``key``'s entry
-    for the shape ("tuned"), else table ``fallback``'s ("tuned for <fallback>"), else the
-    nearest tuned shape of ``key``'s table ("nearest"), else the heuristic; GEMM_OUTPUT entries
-    only with ``fused_output`` (entry_params)."""
-    spec.require_winograd()
-    lookup = spec.with_(layout="NCHW", name="").shape_string
-
-    def layers_of(k):
-        table = load_table(k) if k else {"layers": {}}
-        return {name: v for name, v in table["layers"].items() if v["params"]["m"] == m}
-    layers = layers_of(key)
-    if lookup in layers:
-        return (*entry_params(layers[lookup], spec, fused_output), "tuned")
-    if fallback and fallback != key:
-        other = layers_of(fallback)
-        if lookup in other:
-            return (*entry_params(other[lookup], spec, fused_output), f"tuned for {fallback}")
-    if layers:
-        nearest = min(layers.values(), key=lambda e: _shape_distance(spec, e))
-        task_params, mapping_params = entry_params(nearest, spec, fused_output)
-        # Ring slots are counted for the entry's own shape and order.
-        task_params = dataclasses.replace(task_params, buffer_groups=None)
-        return task_params, mapping_params, "nearest"
-    params = default_params(spec, m)
-    return params, default_mapping_params(Layout(spec, params), workers), "heuristic"
-
-
-# (tile, channel) pairs of a transform task the candidates' channel chunks start from.
-TRANSFORM_PAIRS_PER_TASK = 4096
-
-
-def mapping_waves(workers: int) -> tuple[int, ...]:
-    """The candidates' DIG and DGO: fractions and multiples of a wave of resident blocks (4 and 8
-    waves hold outputs back until most GEMMs are through, which suits layers with short transform
-    tasks); their M runs from no filter reuse to 8."""
-    return (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
-
-
-def candidate_space(spec: LayerSpec, m: int = 4, workers: int = DEFAULT_WORKERS, fused_output: bool = False):
-    """(TaskParams, MappingParams) pairs the tuner may try, before simulation ranks them; with
-    ``fused_output`` (3xTF32 plans) also GEMM_OUTPUT graphs where the layer's C allows them."""
-    spec.require_winograd()
-    base = default_params(spec, m)
-    if fused_output and gemm_output_fits(spec):
-        yield from fused_candidates(spec, base, workers)
-    k_stride = round_up(spec.K, K_ALIGN)
-    c_pad = round_up(spec.C, CHANNEL_ALIGN)
-    tiles = spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
-    tiles_options = sorted({GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS, 4 * GEMM_BLOCK_ROWS,
-                            base.tiles_per_group})
-    # Up to 256 output channels per GEMM task: wider tasks re-read each V row block fewer times.
-    gemm_k_options = sorted({min(k_stride, k) for k in (32, 64, 128, 256)})
-    for tiles_per_group, gemm_k in itertools.product(tiles_options, gemm_k_options):
-        groups = -(-tiles // tiles_per_group)
-        chunk = TRANSFORM_PAIRS_PER_TASK // tiles_per_group
-        # Transform chunks: default_params' rule for this group size, one warp's width (more,
-        # shorter transform tasks: what the small layers need), and input tasks of one NCHW pass.
-        chunks = sorted({(transform_chunk(c_pad, chunk, groups, workers),
-                          transform_chunk(spec.K, chunk, groups, workers)),
-                         (min(c_pad, LANE_CHANNELS), min(spec.K, LANE_CHANNELS)),
-                         (min(c_pad, NCHW_INPUT_PASS_CHANNELS), min(spec.K, LANE_CHANNELS))})
-        whole = [dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=gemm_k,
-                                     input_channels_per_task=input_channels, output_k_per_task=output_k,
-                                     input_tiles_per_task=None, output_tiles_per_task=None)
-                 for input_channels, output_k in chunks]
-        # Transform tiles: whole groups, and default_params' split rule for small layers.
-        splits = {(tiles_per_group, tiles_per_group)} | {transform_split(spec, p, workers) for p in whole}
-        for params_whole, (input_tiles, output_tiles) in itertools.product(whole, sorted(splits)):
-            params = dataclasses.replace(params_whole, input_tiles_per_task=input_tiles,
-                                         output_tiles_per_task=output_tiles)
-            waves = mapping_waves(workers)
-            for dig, dgo, per_column in itertools.product(waves, waves, (1, 4, 8)):
-                if per_column <= groups:
-                    yield params, MappingParams(dig, dgo, per_column)
-
-
-def fused_candidates(spec: LayerSpec, base: TaskParams, workers: int):
-    """GEMM_OUTPUT graphs: candidate_space's group sizes, input chunks and input tile splits, and
-    its mapping distances for the inputs (the GEMM_OUTPUT tasks have no children: DGO is moot)."""
-    tiles = Layout(spec, base).tiles
-    c_pad = channel_stride(spec.C)
-    waves = mapping_waves(workers)
-    # Groups down to one step of the task (GEMM_OUTPUT_TILES): small layers need many tasks.
-    for tiles_per_group in sorted({GEMM_OUTPUT_TILES, 2 * GEMM_OUTPUT_TILES, GEMM_BLOCK_ROWS, 2 * GEMM_BLOCK_ROWS,
-                                   4 * GEMM_BLOCK_ROWS, base.tiles_per_group}):
-        groups = -(-tiles // tiles_per_group)
-        fused = dataclasses.replace(base, tiles_per_group=tiles_per_group, gemm_k_per_task=GEMM_OUTPUT_CHANNELS,
-                                    fused_output=True, input_tiles_per_task=None, output_tiles_per_task=None)
-        chunk = TRANSFORM_PAIRS_PER_TASK // tiles_per_group
-        for input_channels in sorted({transform_chunk(c_pad, chunk, groups, workers), min(c_pad, LANE_CHANNELS),
-                                      min(c_pad, NCHW_INPUT_PASS_CHANNELS)}):
-            params = dataclasses.replace(fused, input_channels_per_task=input_channels)
-            for input_tiles in sorted({tiles_per_group, transform_split(spec, params, workers)[0]}):
-                for dig, per_column in itertools.product(waves, (1, 4, 8)):
-                    if per_column <= groups:
-                        yield (dataclasses.replace(params, input_tiles_per_task=input_tiles),
-                               MappingParams(dig, workers, per_column))
 
 
 def write_entry(table: dict, spec: LayerSpec, params: TaskParams, mapping: MappingParams,
