@@ -68,3 +68,18 @@ def test_convert_heads_and_factorised_filters():
     report = mwt.report(model)
     assert report.left_alone == {}
     assert rel_l2(got, expected) < TOLERANCE
+
+
+def test_pairs_compile_into_the_operator():
+    """A converted model with 1x7 / 7x1 layers and a stride pair compiles (one graph, the
+    registered operator with its [h, w] lists) to the eager result."""
+    torch.manual_seed(6)
+    model = _heads().eval()
+    mwt.convert(model, backend="cpu", verbose=False)
+    x = torch.rand(1, 3, 10, 9)
+    with torch.no_grad():
+        eager = model(x)
+        torch._dynamo.reset()
+        assert torch._dynamo.explain(model)(x).graph_break_count == 0
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+    assert torch.equal(compiled, eager)
