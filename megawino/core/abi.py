@@ -110,8 +110,8 @@ PARAM_FIELDS = (
 DIRECT_KERNEL_ARGS = (
     ("x", "const float* __restrict__"), ("wt", "const float* __restrict__"),
     ("table", "const int2* __restrict__"), ("y", "float* __restrict__"),
-    *((name, "int") for name in ("C", "H", "W", "K", "R", "S", "OH", "OW", "M", "stride", "pad",
-                                 "ktiles", "ldw", "vec_x")),
+    *((name, "int") for name in ("C", "H", "W", "K", "R", "S", "OH", "OW", "M", "stride_h", "stride_w",
+                                 "pad_h", "pad_w", "ktiles", "ldw", "vec_x")),
 )
 
 

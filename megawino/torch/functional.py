@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..core.arguments import pair_argument
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
 from .routing import PYTORCH_REASONS, traced_conv2d, tracing
@@ -29,26 +30,15 @@ ALGOS = ("auto",) + MEGAWINO_ALGOS + ("pytorch",)
 ALGO_DESCRIPTIONS = {
     "pytorch": "torch.nn.functional.conv2d in IEEE fp32 (measured faster here, or asked for)",
     "cpu-executor": "megawino's CPU executor (Winograd task list)",
-    "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1 only",
+    "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1, equal padding only",
     "pytorch-autograd": "torch.nn.functional.conv2d: under autograd (training is out of scope)",
     **PYTORCH_REASONS,
 }
 
 
 class ConvArguments(NamedTuple):
-    stride: int
-    padding: int
-
-
-def _single(value, name: str) -> int:
-    """An int, or a 1- or 2-sequence of equal ints, as one int; ValueError naming ``name``."""
-    if isinstance(value, (tuple, list, torch.Size)):
-        items = [_integer(v, name) for v in value]
-        if len(items) not in (1, 2) or len(set(items)) != 1:
-            raise ValueError(f"{name}={tuple(items)!r}: megawino runs the same {name} in both "
-                             f"spatial dimensions only")
-        return items[0]
-    return _integer(value, name)
+    stride: int | tuple[int, int]       # an int where both dimensions agree (LayerSpec's form)
+    padding: int | tuple[int, int]
 
 
 def _integer(value, name: str) -> int:
@@ -61,17 +51,24 @@ def _integer(value, name: str) -> int:
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
 
 
+def _pair_argument(value, name: str, minimum: int):
+    """An int or an (h, w) pair of ints as LayerSpec takes it (equal members as one int)."""
+    items = tuple(value) if isinstance(value, (tuple, list, torch.Size)) else (value,)
+    if len(items) not in (1, 2):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair_argument(name, tuple(_integer(v, name) for v in items), minimum)
+
+
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
     """Validate F.conv2d's stride / padding / dilation / groups for a ``kernel_size`` (R, S)
-    filter as megawino runs them: ValueError naming the argument, else (stride, padding) ints."""
+    filter as megawino runs them: ValueError naming the argument, else (stride, padding), each an
+    int or an (h, w) pair where the dimensions differ (the direct path runs those)."""
     r, s = (int(v) for v in kernel_size)
-    if _single(dilation, "dilation") != 1:
+    if _pair_argument(dilation, "dilation", 1) != 1:
         raise ValueError(f"dilation={dilation!r}: megawino runs dilation 1 only")
     if _integer(groups, "groups") != 1:
         raise ValueError(f"groups={groups!r}: megawino runs groups=1 only (no grouped or depthwise convolution)")
-    stride = _single(stride, "stride")
-    if stride < 1:
-        raise ValueError(f"stride must be positive, got {stride}")
+    stride = _pair_argument(stride, "stride", 1)
     if isinstance(padding, str):
         if padding == "valid":
             return ConvArguments(stride, 0)
@@ -79,14 +76,11 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
             raise ValueError(f"padding must be an int, a pair of ints, 'valid' or 'same', got {padding!r}")
         if stride != 1:
             raise ValueError(f"padding='same' needs stride 1, got stride={stride}")
-        if r != s or r % 2 == 0:
-            raise ValueError(f"padding='same' with a {r}x{s} filter pads unequally; megawino runs "
-                             f"'same' for odd square filters only")
-        return ConvArguments(stride, r // 2)
-    padding = _single(padding, "padding")
-    if padding < 0:
-        raise ValueError(f"padding must be non-negative, got {padding}")
-    return ConvArguments(stride, padding)
+        if r % 2 == 0 or s % 2 == 0:
+            raise ValueError(f"padding='same' with a {r}x{s} filter pads one side more than the other; "
+                             f"megawino runs 'same' for odd filter sizes only")
+        return ConvArguments(stride, pair_argument("padding", (r // 2, s // 2), 0))
+    return ConvArguments(stride, _pair_argument(padding, "padding", 0))
 
 
 def _check_tensors(input, weight, bias) -> None:
@@ -133,8 +127,8 @@ _autograd_warned = False
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
            backend: str = "auto", algo: str = "auto", gemm_math: str = DEFAULT_GEMM_MATH):
-    """torch.nn.functional.conv2d on megawino (float32, dilation 1, groups 1, equal stride and
-    padding in both dimensions; ``padding`` may be ``"valid"`` or ``"same"``).
+    """torch.nn.functional.conv2d on megawino (float32, dilation 1, groups 1; ``stride`` and
+    ``padding`` an int or a pair; ``padding`` may be ``"valid"`` or ``"same"`` (odd filters)).
 
     ``backend``: ``"auto"`` / ``"gpu"`` run CUDA tensors on the GPU, ``"cpu"`` runs CPU tensors
     on the CPU executor (3x3 stride 1; other shapes go to torch).  ``algo``: ``"auto"``
@@ -193,9 +187,9 @@ def _pair(value) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (tuple, list)) else [int(value)] * 2
 
 
-def _run_cpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str, gemm_math: str):
+def _run_cpu(x, weight, stride, padding, channels_last: bool, algo: str, gemm_math: str):
     r, s = weight.shape[2:]
-    if algo == "pytorch" or (r, s) != (3, 3) or stride != 1:
+    if algo == "pytorch" or (r, s) != (3, 3) or stride != 1 or not isinstance(padding, int):
         return F.conv2d(x, weight, None, stride, padding), "pytorch" if algo == "pytorch" else "pytorch-cpu"
     from ..cpu.executor import conv2d_cpu
     w = weight.detach().contiguous().numpy()
