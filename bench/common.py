@@ -253,8 +253,8 @@ class CudnnConv:
                                        spec.N, spec.C, spec.H, spec.W), "cudnnSetTensor4dDescriptor(x)")
         c(L.cudnnSetFilter4dDescriptor(self.wd, _CUDNN_FLOAT, _CUDNN_NCHW,
                                        spec.K, spec.C, spec.R, spec.S), "cudnnSetFilter4dDescriptor")
-        c(L.cudnnSetConvolution2dDescriptor(self.cd, spec.padding, spec.padding, spec.stride,
-                                            spec.stride, 1, 1, _CUDNN_CROSS_CORRELATION,
+        c(L.cudnnSetConvolution2dDescriptor(self.cd, spec.pad_h, spec.pad_w, spec.stride_h,
+                                            spec.stride_w, 1, 1, _CUDNN_CROSS_CORRELATION,
                                             _CUDNN_FLOAT), "cudnnSetConvolution2dDescriptor")
         c(L.cudnnSetConvolutionMathType(self.cd, math_type), "cudnnSetConvolutionMathType")
         dims = [ctypes.c_int() for _ in range(4)]

@@ -208,26 +208,33 @@ def run_zoo(args, names=None, build=build_torchvision) -> int:
         return 2
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     out = Path(args.json) if args.json else results_path("models-zoo")
+    try:
+        import torchvision
+        torchvision_version = torchvision.__version__
+    except ImportError:
+        torchvision_version = None
     rows = []
+
+    def write(complete: bool) -> list[str]:
+        # Written after every model, so a run stopped part-way keeps what it measured.
+        failed = [row["model"] for row in rows if "error" in row]
+        record = {"gpu": gpu, "torch": torch.__version__, "torchvision": torchvision_version,
+                  "git_commit": git_commit(BENCH_DIR.parent), "argv": list(args.argv), "batch": args.batch,
+                  "reps": args.reps, "gemm_math": args.gemm_math, "error_bar": [ERROR_FACTOR, ERROR_FLOOR],
+                  "complete": complete, "models_wanted": len(wanted), "failed": failed, "rows": rows}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(json_clean(record), indent=1) + "\n")
+        return failed
+
     for index, name in enumerate(wanted, 1):
         start = time.perf_counter()
         resolution = args.resolution or RESOLUTIONS.get(name, 224)
         rows.append(model_record(name, lambda name=name: build(name), args.batch, resolution, device=device,
                                  reps=args.reps, seed=args.seed, gemm_math=args.gemm_math, graphs=args.graphs))
         console.print(progress_line(index, len(wanted), rows[-1], time.perf_counter() - start))
-    failed = [row["model"] for row in rows if "error" in row]
+        write(complete=False)
+    failed = write(complete=True)
     console.print(zoo_table(rows, f"megawino.torch.convert on {len(rows)} torchvision models, batch {args.batch} "
                                   f"({gpu}; {len(failed)} failed)"))
-    try:
-        import torchvision
-        torchvision_version = torchvision.__version__
-    except ImportError:
-        torchvision_version = None
-    record = {"gpu": gpu, "torch": torch.__version__, "torchvision": torchvision_version,
-              "git_commit": git_commit(BENCH_DIR.parent), "argv": list(args.argv), "batch": args.batch,
-              "reps": args.reps, "gemm_math": args.gemm_math, "error_bar": [ERROR_FACTOR, ERROR_FLOOR],
-              "failed": failed, "rows": rows}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(json_clean(record), indent=1) + "\n")
     console.print(f"wrote {out}")
     return 2 if failed else 0

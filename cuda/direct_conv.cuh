@@ -1,4 +1,4 @@
-// Direct convolution (any R x S, stride, padding), float32, implicit-GEMM style.
+// Direct convolution (any R x S, stride and padding pairs), float32, implicit-GEMM style.
 //
 //   GEMM view:  M = N * OH * OW output pixels, "N" = K output channels,
 //               reduction over kk = (c, r, s) for NCHW, (r, s, c) for NHWC.
@@ -49,7 +49,8 @@ struct Params {
     float* __restrict__ y;            // output, same layout as x
     int C, H, W, K, R, S;
     int OH, OW, M;                    // M = N * OH * OW
-    int stride, pad;
+    int stride_h, stride_w;           // each dimension its own (LayerSpec.stride / padding pairs)
+    int pad_h, pad_w;
     int ktiles;                       // ceil(C*R*S / BK)
     int ldw;                          // row length of wt (multiple of 128)
     int vec_x;                        // 1: 1x1, stride 1, no padding, NCHW, OH*OW % 4 == 0 and
@@ -117,8 +118,8 @@ __device__ __forceinline__ void conv_block(const Params& p) {
         const int pix = m - n * P;
         const int oy = pix / p.OW;
         const int ox = pix - oy * p.OW;
-        const int iy0 = oy * p.stride - p.pad;
-        const int ix0 = ox * p.stride - p.pad;
+        const int iy0 = oy * p.stride_h - p.pad_h;
+        const int ix0 = ox * p.stride_w - p.pad_w;
         unsigned outside = MW_DIRECT_TAP_SENTINEL;
         for (int r = 0; r < p.R; ++r)
             if ((unsigned)(iy0 + r) >= (unsigned)p.H) outside |= 1u << r;

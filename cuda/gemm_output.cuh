@@ -82,20 +82,10 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         copy_gemm_output_b(stage + 16 * 32 * (2 + nt), Up, c_stride, k_stride, kt, k0 + 8 * nt + g, t4);
       cp_async_commit();
     };
-#ifdef MW_GEMM_FREE
-    // Diagnostic build (cuda/gemm.cuh's gemm_task): no products; 2: K block 0 reads the step's V rows.
+#ifdef MW_GEMM_FREE   // a diagnostic build (cuda/diagnostics.cuh): no products
     (void)copy_k_tile, (void)stage_chunks, (void)k_tiles;
-    if (MW_GEMM_FREE >= 2 && index == 0) {
-      for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
-        const float4* V4 = reinterpret_cast<const float4*>(V + (static_cast<long long>(pos) * p.buffer_tiles + row_group + sub) * c_stride);
-        float sum = 0.f;
-        for (int i = lane; i < GEMM_OUTPUT_TILES * c_stride / 4; i += 32) {
-          const float4 v = V4[i];
-          sum += v.x + v.y + v.z + v.w;
-        }
-        smem[pos * GEMM_OUTPUT_POSITION_FLOATS + lane] = sum;
-      }
-    }
+    diagnostics::gemm_output_products_free<ALPHA2, GEMM_OUTPUT_POSITION_FLOATS>(V, p.buffer_tiles, row_group + sub,
+                                                                                 c_stride, index, smem);
 #else
     if (warp < ALPHA2) copy_k_tile(warp, 0);
     for (int pos = warp; pos < ALPHA2; pos += BLOCK_THREADS / 32) {
@@ -119,20 +109,17 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           unsigned a_big[1][4], a_small[1][4], b_big[GEMM_OUTPUT_NT][2], b_small[GEMM_OUTPUT_NT][2];
-          split_a_step(a0, a8, q, a_big[0], a_small[0]);
+          Tf32x3::split_a_step(a0, a8, q, a_big[0], a_small[0]);
 #pragma unroll
           for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
-            split_tf32(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
-            split_tf32(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
+            Tf32x3::split(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
+            Tf32x3::split(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
           }
           if (q == 1 && next_pos < ALPHA2) copy_k_tile(next_pos, next_kt);
-          if (q == 0) three_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
-          else three_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          if (q == 0) split_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          else split_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
         }
-#pragma unroll
-        for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[nt][e] = __fadd_rn(acc[nt][e], part[nt][e]);
+        add_partial_sums(acc, part);
       }
       // C fragment: tiles g and g + 8, channels 2 t4 and 2 t4 + 1 of each n8 block.
       float* Mp = smem + pos * GEMM_OUTPUT_POSITION_FLOATS;
@@ -147,7 +134,7 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
     }
 #endif
     __syncthreads();
-#ifndef MW_TRANSFORMS_FREE   // diagnostic build (bench/experiments/free_stage_bounds.sh): no output transform
+#ifndef MW_TRANSFORMS_FREE   // a diagnostic build (cuda/diagnostics.cuh): no output transform
     // NHWC: a warp's lanes take consecutive channels of a tile (y's contiguous dimension); NCHW:
     // consecutive tiles of a channel.
     for (int pair = tid; pair < GEMM_OUTPUT_TILES * GEMM_OUTPUT_CHANNELS; pair += BLOCK_THREADS) {

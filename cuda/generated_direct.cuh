@@ -3,9 +3,9 @@
 
 // Included by cuda/direct.cu after its MW_DIRECT_* defines and MwDirectTile.
 extern "C" __global__ void __launch_bounds__(MwDirectTile::THREADS, MW_DIRECT_MINBLOCKS)
-mw_direct_conv(const float* __restrict__ x, const float* __restrict__ wt, const int2* __restrict__ table, float* __restrict__ y, int C, int H, int W, int K, int R, int S, int OH, int OW, int M, int stride, int pad, int ktiles, int ldw, int vec_x) {
+mw_direct_conv(const float* __restrict__ x, const float* __restrict__ wt, const int2* __restrict__ table, float* __restrict__ y, int C, int H, int W, int K, int R, int S, int OH, int OW, int M, int stride_h, int stride_w, int pad_h, int pad_w, int ktiles, int ldw, int vec_x) {
   mw_direct::Params p;
-  p.x = x; p.wt = wt; p.table = table; p.y = y; p.C = C; p.H = H; p.W = W; p.K = K; p.R = R; p.S = S; p.OH = OH; p.OW = OW; p.M = M; p.stride = stride; p.pad = pad; p.ktiles = ktiles; p.ldw = ldw; p.vec_x = vec_x;
+  p.x = x; p.wt = wt; p.table = table; p.y = y; p.C = C; p.H = H; p.W = W; p.K = K; p.R = R; p.S = S; p.OH = OH; p.OW = OW; p.M = M; p.stride_h = stride_h; p.stride_w = stride_w; p.pad_h = pad_h; p.pad_w = pad_w; p.ktiles = ktiles; p.ldw = ldw; p.vec_x = vec_x;
   mw_direct::conv_block<MW_DIRECT_BM, MW_DIRECT_BN, MW_DIRECT_BK, MW_DIRECT_TM, MW_DIRECT_TN,
                         MW_DIRECT_NHWC != 0>(p);
 }

@@ -90,9 +90,6 @@ constexpr int STATUS_FLAG = 0, STATUS_TICKET = 1, STATUS_TASK = 2, STATUS_COUNTE
 
 // Winograd F(m x m, 3 x 3) 1-D transforms from megawino.core.winograd.transform(m)
 // (default points; coefficients are the nearest float32 of the exact fractions).
-#ifndef MW_WINO_FN
-#define MW_WINO_FN __device__ __forceinline__
-#endif
 template <int M> struct Wino;
 
 // F(2x2, 3x3), points {0, 1, -1, inf}
@@ -101,7 +98,7 @@ template <> struct Wino<2> {
   static constexpr int ALPHA = 4;
   // input transform B^T: out[4] = BT in[4] (strides SI, SO)
   template <int SI, int SO>
-  static MW_WINO_FN void bt(const float* in, float* out) {
+  static __device__ __forceinline__ void bt(const float* in, float* out) {
     out[0 * SO] = __fadd_rn(-in[0 * SI], in[2 * SI]);
     out[1 * SO] = __fadd_rn(in[1 * SI], in[2 * SI]);
     out[2 * SO] = __fadd_rn(-in[1 * SI], in[2 * SI]);
@@ -109,7 +106,7 @@ template <> struct Wino<2> {
   }
   // filter transform G: out[4] = G in[3] (strides SI, SO)
   template <int SI, int SO>
-  static MW_WINO_FN void g(const float* in, float* out) {
+  static __device__ __forceinline__ void g(const float* in, float* out) {
     out[0 * SO] = -in[0 * SI];
     out[1 * SO] = __fmaf_rn(0.5f, in[2 * SI], __fmaf_rn(0.5f, in[1 * SI], __fmul_rn(0.5f, in[0 * SI])));
     out[2 * SO] = __fmaf_rn(0.5f, in[2 * SI], __fmaf_rn(-0.5f, in[1 * SI], __fmul_rn(0.5f, in[0 * SI])));
@@ -117,7 +114,7 @@ template <> struct Wino<2> {
   }
   // output transform A^T: out[2] = AT in[4] (strides SI, SO)
   template <int SI, int SO>
-  static MW_WINO_FN void at(const float* in, float* out) {
+  static __device__ __forceinline__ void at(const float* in, float* out) {
     out[0 * SO] = __fadd_rn(__fadd_rn(in[0 * SI], in[1 * SI]), in[2 * SI]);
     out[1 * SO] = __fadd_rn(__fsub_rn(in[1 * SI], in[2 * SI]), in[3 * SI]);
   }
@@ -129,7 +126,7 @@ template <> struct Wino<4> {
   static constexpr int ALPHA = 6;
   // input transform B^T: out[6] = BT in[6] (strides SI, SO)
   template <int SI, int SO>
-  static MW_WINO_FN void bt(const float* in, float* out) {
+  static __device__ __forceinline__ void bt(const float* in, float* out) {
     out[0 * SO] = __fadd_rn(__fmaf_rn(1.5f, in[3 * SI], __fmaf_rn(-2.0f, in[2 * SI], __fmaf_rn(-1.5f, in[1 * SI], in[0 * SI]))), in[4 * SI]);
     out[1 * SO] = __fadd_rn(__fmaf_rn(2.5f, in[3 * SI], __fmaf_rn(0.5f, in[2 * SI], -in[1 * SI])), in[4 * SI]);
     out[2 * SO] = __fadd_rn(__fmaf_rn(0.5f, in[3 * SI], __fmaf_rn(-2.5f, in[2 * SI], in[1 * SI])), in[4 * SI]);
@@ -139,7 +136,7 @@ template <> struct Wino<4> {
   }
   // filter transform G: out[6] = G in[3] (strides SI, SO)
   template <int SI, int SO>
-  static MW_WINO_FN void g(const float* in, float* out) {
+  static __device__ __forceinline__ void g(const float* in, float* out) {
     out[0 * SO] = in[0 * SI];
     out[1 * SO] = __fmaf_rn(0.333333343f, in[2 * SI], __fmaf_rn(0.333333343f, in[1 * SI], __fmul_rn(0.333333343f, in[0 * SI])));
     out[2 * SO] = __fmaf_rn(-0.333333343f, in[2 * SI], __fmaf_rn(0.333333343f, in[1 * SI], __fmul_rn(-0.333333343f, in[0 * SI])));
@@ -149,7 +146,7 @@ template <> struct Wino<4> {
   }
   // output transform A^T: out[4] = AT in[6] (strides SI, SO)
   template <int SI, int SO>
-  static MW_WINO_FN void at(const float* in, float* out) {
+  static __device__ __forceinline__ void at(const float* in, float* out) {
     out[0 * SO] = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(in[0 * SI], in[1 * SI]), in[2 * SI]), in[3 * SI]), in[4 * SI]);
     out[1 * SO] = __fmaf_rn(-2.0f, in[4 * SI], __fmaf_rn(0.5f, in[3 * SI], __fsub_rn(in[1 * SI], in[2 * SI])));
     out[2 * SO] = __fmaf_rn(4.0f, in[4 * SI], __fmaf_rn(0.25f, in[3 * SI], __fadd_rn(in[1 * SI], in[2 * SI])));

@@ -125,12 +125,12 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
   const int ncg = (c1 - c0 + LANE_CHANNELS - 1) / LANE_CHANNELS;
   const int items = tpg * ncg * LPT;
   const long long t_base = slice.t_base;
-  const long long plane = p.buffer_tiles * p.c_stride;   // V stride between positions
+  long long plane = p.buffer_tiles * p.c_stride;   // V stride between positions
   const int C = static_cast<int>(p.C), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
   const int pad = static_cast<int>(p.pad);
   const int cs = static_cast<int>(p.c_stride);
   const bool vec = CPT > 1 && (c0 % CPT) == 0 && ((c1 - c0) % CPT) == 0;   // whole aligned groups
-  float* V = reinterpret_cast<float*>(p.V) - ring_shift(p, group) * p.c_stride;   // indexed by tile id
+  float* V = reinterpret_cast<float*>(p.V) - ring_shift(p, group) * p.c_stride;   // indexed by tile id (reread: REREAD_PARAMS)
 
   for (int w = threadIdx.x; w < items; w += blockDim.x) {
     const int li = w & (LPT - 1);
@@ -149,6 +149,10 @@ __device__ __forceinline__ void input_transform_nhwc(const Params& p, const floa
     for (int ci = 0; ci < CPT; ++ci) {
       const int c = cb + ci;
       transform_window<M, true>(x, tc, c < C ? c : 0, r0, q0, C, H, W, t_ok && c < C && c < c1, v[ci]);
+    }
+    if constexpr (REREAD_PARAMS) {
+      plane = reread(p.buffer_tiles) * reread(p.c_stride);
+      V = reinterpret_cast<float*>(reread(p.V)) - ring_shift(p, group) * reread(p.c_stride);
     }
     float* dst = V + t * cs + cb;
     if constexpr (MW_SPLIT_OPERANDS) {
@@ -287,9 +291,7 @@ __device__ __forceinline__ void input_transform_nchw(const Params& p, const floa
 template <int M, bool NHWC, int NHWC_CPT>
 __device__ __forceinline__ void input_transform_task(const Params& p, const float* x, int group, int index,
                                                      float* sbuf) {
-#ifdef MW_TRANSFORMS_FREE
-  // Diagnostic build (bench/experiments/free_stage_bounds.sh): input tasks cost nothing.
-  (void)p, (void)x, (void)group, (void)index, (void)sbuf;
+#ifdef MW_TRANSFORMS_FREE   // a diagnostic build (cuda/diagnostics.cuh)
   return;
 #endif
   if constexpr (NHWC) {

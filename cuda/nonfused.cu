@@ -4,11 +4,6 @@
 // Builds standalone:  nvcc -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/nonfused.cu
 // Its GEMM kernel runs alone, so its warpgroup-MMA ring may take the shared memory the
 // megakernel leaves to the L1 (4 stages instead of 3), and its U is in the paired format, whose B
-// rows the GEMM copies whole (params.cuh MW_U_PAIRED_BUILD); the bits are the megakernel's.
-#ifndef MW_WGMMA_STAGES
-#define MW_WGMMA_STAGES 4
-#endif
-#ifndef MW_U_PAIRED_BUILD
-#define MW_U_PAIRED_BUILD 1
-#endif
+// rows the GEMM copies whole (params.cuh MW_NONFUSED_MODULE); the bits are the megakernel's.
+#define MW_NONFUSED_MODULE 1
 #include "generated_nonfused.cuh"

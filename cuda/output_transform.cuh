@@ -148,11 +148,7 @@ __device__ __forceinline__ void output_transform_registers(const Params& p, floa
 // Staging: channel c at c * STAGE_CHANNEL_PITCH, tile r of the round at r * M * M, its output row i
 // (F(4x4)) at 16-byte chunk i ^ ((r >> 1) & 3), so that both the lanes' float4 stores and the
 // write-out's reads of 8 tiles x 4 columns are free of bank conflicts.
-// output_transform_task takes this path where the parked path's stores would be scalars;
-// -DMW_OUTPUT_STAGED=0: never.
-#ifndef MW_OUTPUT_STAGED
-#define MW_OUTPUT_STAGED 1
-#endif
+// output_transform_task takes this path where the parked path's stores would be scalars.
 template <int M>
 __device__ __forceinline__ int staged_offset(int r, int i, int j) {
   return r * M * M + (M == 4 ? (i ^ ((r >> 1) & 3)) * 4 + j : i * M + j);
@@ -175,7 +171,11 @@ __device__ __forceinline__ void output_transform_staged(const Params& p, float* 
   const float* Mb = reinterpret_cast<const float*>(p.Mbuf) - o.row_shift * o.ks;   // indexed by tile id
   const int out_h = static_cast<int>(p.out_h), out_w = static_cast<int>(p.out_w);
   const long long y_plane = static_cast<long long>(out_h) * out_w;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // %tid.x through thread_index in the builds that reread Params (REREAD_PARAMS), so that the
+  // staging offsets derived from it are not hoisted out of the ticket loop (and spilled).
+  unsigned tid = threadIdx.x;
+  if constexpr (REREAD_PARAMS) tid = static_cast<unsigned>(thread_index());
+  const int lane = tid & 31, warp = tid >> 5;
   // The pixel this thread writes out of every round: output row pixel_row of the round's tile
   // pixel_tile, column pixel_col.
   const int pixel = threadIdx.x % ROUND_PIXELS;
@@ -268,12 +268,10 @@ __device__ __forceinline__ void output_transform_parked(const Params& p, float* 
 template <int M, bool NHWC>
 __device__ __forceinline__ void output_transform_task(const Params& p, float* y, int group, int index,
                                                       float* sbuf) {
-#ifdef MW_TRANSFORMS_FREE
-  // Diagnostic build (bench/experiments/free_stage_bounds.sh): output tasks cost nothing.
-  (void)p, (void)y, (void)group, (void)index, (void)sbuf;
+#ifdef MW_TRANSFORMS_FREE   // a diagnostic build (cuda/diagnostics.cuh)
   return;
 #endif
-  if constexpr (!NHWC && MW_OUTPUT_STAGED) {
+  if constexpr (!NHWC) {
     if (M != 4 || p.out_w % 4 != 0) {
       output_transform_staged<M>(p, y, group, index, sbuf);
       return;

@@ -1,5 +1,5 @@
 // The pointwise path: a 1x1, stride-1, unpadded convolution is one GEMM per image, run on the
-// Winograd GEMM's tiles (cuda/gemm.cuh) straight on the user's tensors, planned by
+// Winograd GEMM's tiles (cuda/gemm.cuh PointwiseMainloop) straight on the user's tensors, planned by
 // megawino/direct/pointwise.py:
 //   NCHW: y[n] [K][H W] = w [K][C] @ x[n] [C][H W]   (rows K, columns H W, batch N)
 //   NHWC: y [N H W][K]  = x [N H W][C] @ wt [C][K]   (rows N H W, columns K, batch 1)
@@ -18,13 +18,8 @@ __device__ __forceinline__ void pointwise_tile(const float* a, const float* b, f
   const long long batch = blockIdx.z;
   const long long row0 = static_cast<long long>(blockIdx.x) * ROWS;
   const int col0 = static_cast<int>(blockIdx.y) * GEMM_BN;
-#if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-  gemm_tile_wgmma<ROWS, true>(smem, a + batch * a_batch, b + batch * b_batch, y + batch * y_batch, row0, col0,
-                              cols, channels, cols, rows);
-#else
-  gemm_tile<ROWS, true>(smem, a + batch * a_batch, b + batch * b_batch, y + batch * y_batch, row0, col0, cols,
-                        channels, cols, rows);
-#endif
+  PointwiseMainloop::tile<ROWS, true>(smem, a + batch * a_batch, b + batch * b_batch, y + batch * y_batch, row0, col0,
+                                     cols, channels, cols, rows);
 }
 
 }  // namespace mw

@@ -6,27 +6,19 @@
 
 #include "generated_tasks.cuh"
 #include "params.cuh"
+#include "gemm_arithmetic.cuh"
 #include "ptx.cuh"
 
 namespace mw {
 
 static_assert(CHANNEL_ALIGN % 2 == 0, "operand rows hold whole channel pairs");
 
-#if MW_SPLIT_OPERANDS
-// (hi, lo) BF16 parts of x, hi in the low half.
-__device__ __forceinline__ unsigned split_parts(float x) {
-  const unsigned short hi = bf16_rn(x);
-  const unsigned short lo = bf16_rn(x - bf16_value(hi));
-  return static_cast<unsigned>(hi) | (static_cast<unsigned>(lo) << 16);
-}
-#endif
-
 // Channel c of the operand row at `row` (c_stride words) holds x; STREAMING stores a float32
 // operand with the evict-first hint (the split BF16 parts are stored plainly).
 template <bool STREAMING = false>
 __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, float x) {
 #if MW_SPLIT_OPERANDS
-  const unsigned parts = split_parts(x);
+  const unsigned parts = Bf16x3::split(x);
   unsigned short* const halves = reinterpret_cast<unsigned short*>(row);
   st_global_b16(halves + c, static_cast<unsigned short>(parts & 0xFFFFu));
   st_global_b16(halves + c_stride + c, static_cast<unsigned short>(parts >> 16));
@@ -40,7 +32,7 @@ __device__ __forceinline__ void store_operand(float* row, int c_stride, int c, f
 // Channels c and c + 1 (c even) of the operand row at `row` hold x0 and x1: whole words.
 __device__ __forceinline__ void store_operand_pair(float* row, int c_stride, int c, float x0, float x1) {
 #if MW_SPLIT_OPERANDS
-  const unsigned p0 = split_parts(x0), p1 = split_parts(x1);
+  const unsigned p0 = Bf16x3::split(x0), p1 = Bf16x3::split(x1);
   unsigned* const words = reinterpret_cast<unsigned*>(row);
   st_global_u32(words + c / 2, (p0 & 0xFFFFu) | (p1 << 16));
   st_global_u32(words + (c_stride + c) / 2, (p0 >> 16) | (p1 & 0xFFFF0000u));
@@ -55,7 +47,7 @@ __device__ __forceinline__ void store_operand_pair(float* row, int c_stride, int
 // parts, one word each, so a warp stores as many words as float32 operands take.
 __device__ __forceinline__ void store_operand_warp(float* row, int c_stride, int c, float x, bool store) {
 #if MW_SPLIT_OPERANDS
-  const unsigned mine = split_parts(x);
+  const unsigned mine = Bf16x3::split(x);
   const unsigned other = __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
   const bool odd = (c & 1) != 0;
   const unsigned word = odd ? (other >> 16) | (mine & 0xFFFF0000u) : (mine & 0xFFFFu) | (other << 16);

@@ -31,7 +31,7 @@ from .direct.plan import DirectPlan
 from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
 from .core.resources import cuda_dir, source_hash
-from .core.arguments import check_float32, integer_argument
+from .core.arguments import check_float32, pair_argument
 from .core.spec import LayerSpec
 from .core.tasks import TaskParams
 from .gpu.workspace import set_allocator
@@ -229,18 +229,19 @@ def _conv_cpu(x, w, stride, padding, algo, layout, gemm_math, out):
     return conv2d_cpu(x, w, padding=padding, layout=layout)
 
 
-def conv2d(x, w, stride: int = 1, padding: int = 1, algo: str = "auto", layout: str = "NCHW",
+def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
            gemm_math: str = DEFAULT_GEMM_MATH, out=None, weight_token=None, check: bool = True):
     """Convolution (cross-correlation).  ``x`` is [N][C][H][W] (NCHW) or [N][H][W][C] (NHWC),
     ``w`` is [K][C][R][S]; returns the output in the input's layout (``out`` when given).
+    ``stride`` and ``padding``: an int, or an (h, w) pair (run by the direct path).
 
     CuPy arrays (or DLPack GPU tensors) run on the GPU, asynchronously on CuPy's current stream;
     NumPy arrays run the CPU reference path.  ``algo``: ``"auto"`` (the fastest for the shape),
     ``megakernel``, ``nonfused`` or ``direct``.  ``gemm_math``: the Winograd GEMM's arithmetic.
     ``weight_token``: a hashable naming this weight's contents; prepared weights are reused while
     it stays the same.  ``check``: raise first for an earlier launch whose watchdog fired."""
-    stride = integer_argument("stride", stride, 1)
-    padding = integer_argument("padding", padding, 0)
+    stride = pair_argument("stride", stride, 1)
+    padding = pair_argument("padding", padding, 0)
     if algo not in ("auto", "cpu") + ALGOS:
         raise ValueError(f"algo must be one of {('auto',) + ALGOS}, got {algo!r}")
     if layout not in LAYOUTS:

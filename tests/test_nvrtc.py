@@ -33,7 +33,7 @@ def test_extra_defines_are_appended(monkeypatch):
 def test_owned_defines_come_from_compile_options(monkeypatch):
     monkeypatch.delenv(nvrtc.EXTRA_DEFINES_ENV, raising=False)
     traced = {nvrtc.define_name(o) for o in nvrtc.compile_options(4, "NCHW", True)} - {None}
-    assert nvrtc.owned_defines() == traced
+    assert nvrtc.owned_defines() == traced | nvrtc.SOURCE_DEFINES
     assert {"MW_M", "MW_NHWC", "MW_TRACE", "MW_GEMM_TF32X3", "MW_GEMM_BF16X3"} <= nvrtc.owned_defines()
     # every owned define tells the user what to use instead
     assert nvrtc.owned_defines() <= set(nvrtc.OWNED_DEFINE_HINTS)
@@ -45,6 +45,7 @@ def test_owned_defines_come_from_compile_options(monkeypatch):
     ("-DMW_TRACE", "trace=True"),       # tracing without a trace buffer writes through null
     ("-DMW_GEMM_TF32X3=0", "gemm_math"),
     ("-DMW_SOURCE_HASH=0", "kernel cache"),
+    ("-DMW_NONFUSED_MODULE=1", "nonfused.cu"),   # a megakernel writing the non-fused module's U format
 ])
 def test_owned_defines_are_refused(option, hint, monkeypatch):
     monkeypatch.setenv(nvrtc.EXTRA_DEFINES_ENV, f"-DMW_FOO {option}")

@@ -99,10 +99,10 @@ REFUSALS = [
     (dict(dilation=2), "dilation"),
     (dict(dilation=(1, 2)), "dilation"),
     (dict(groups=2), "groups"),
-    (dict(stride=(1, 2)), "stride"),
+    (dict(stride=(1, 2, 1)), "stride"),
     (dict(stride=0), "stride"),
     (dict(stride=1.5), "stride"),
-    (dict(padding=(1, 0)), "padding"),
+    (dict(padding=(1, -1)), "padding"),
     (dict(padding=-1), "padding"),
     (dict(padding="full"), "padding"),
     (dict(padding="same", stride=2), "padding='same'"),
@@ -167,12 +167,33 @@ def test_integer_arguments_of_any_integer_type():
         functional.conv_arguments((3, 3), 1, (np.int8(-1), -1))
 
 
-def test_padding_same_needs_odd_square_filter():
+def test_padding_same_needs_odd_filter_sizes():
     assert functional.conv_arguments((5, 5), 1, "same") == (1, 2)
     assert functional.conv_arguments((3, 3), (2, 2), "valid") == (2, 0)
-    for kernel in ((4, 4), (3, 5)):
+    assert functional.conv_arguments((1, 7), 1, "same") == (1, (0, 3))
+    assert functional.conv_arguments((7, 1), (1, 1), "same") == (1, (3, 0))
+    assert functional.conv_arguments((3, 5), 1, "same") == (1, (1, 2))
+    for kernel in ((4, 4), (3, 4), (2, 5)):
         with pytest.raises(ValueError, match="padding='same'"):
             functional.conv_arguments(kernel, 1, "same")
+
+
+def test_stride_and_padding_pairs():
+    """Each dimension its own stride and padding (the direct path runs them); equal members are
+    the one int LayerSpec keys by."""
+    assert functional.conv_arguments((1, 7), 1, (0, 3)) == (1, (0, 3))
+    assert functional.conv_arguments((3, 3), (2, 1), [1, 1]) == ((2, 1), 1)
+    assert functional.conv_arguments((3, 3), torch.Size([2, 2]), (np.int64(0), 0)) == (2, 0)
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [((1, 7), 1, (0, 3)), ((7, 1), 1, (3, 0)),
+                                                     ((3, 3), (2, 1), (1, 0)), ((3, 5), 1, "same")])
+def test_cpu_backend_runs_pairs_as_torch_does(rng, kernel, stride, padding):
+    """Pairs the CPU executor cannot take (it runs Winograd) go to torch, not to an exception."""
+    x, weight = randn(rng, 2, 4, 9, 11), randn(rng, 5, 4, *kernel)
+    out, ran = functional.conv2d_with_algo(x, weight, None, stride, padding, backend="cpu")
+    assert ran == "pytorch-cpu"
+    assert torch.equal(out, F.conv2d(x, weight, None, stride, padding))
 
 
 def test_autograd_falls_back_with_one_warning(rng, monkeypatch):

@@ -46,6 +46,10 @@ def zoo() -> nn.ModuleDict:
         "reflect": nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"),
         "stride21": nn.Conv2d(8, 8, 3, stride=(2, 1), padding=1),
         "pad10": nn.Conv2d(8, 8, 3, padding=(1, 0)),
+        "conv1x7": nn.Conv2d(8, 8, (1, 7), padding=(0, 3)),      # Inception-v3's factorised 7x7
+        "conv7x1": nn.Conv2d(8, 8, (7, 1), padding=(3, 0)),
+        "same1x5": nn.Conv2d(8, 8, (1, 5), padding="same"),
+        "same4x4": nn.Conv2d(8, 8, 4, padding="same"),           # PyTorch pads one side more
         "huge": nn.Conv2d(2, 2, 17, padding=8),
         "float64": nn.Conv2d(4, 4, 3).double(),
         "own_forward": OwnForward(4, 4, 3),
@@ -53,8 +57,10 @@ def zoo() -> nn.ModuleDict:
 
 
 LEFT_ALONE = {"dilated": "dilation", "grouped": "groups", "depthwise": "groups", "reflect": "padding_mode",
-              "stride21": "stride", "pad10": "padding", "huge": "17x17", "float64": "float32",
+              "same4x4": "padding='same'", "huge": "17x17", "float64": "float32",
               "own_forward": "OwnForward"}
+REPLACED = ["conv1x1", "conv1x7", "conv3x3", "conv3x3s2", "conv7x1", "conv7x7", "pad10", "same1x5",
+            "same5x5", "stride21"]
 
 
 def test_convert_replaces_what_megawino_runs():
@@ -63,7 +69,7 @@ def test_convert_replaces_what_megawino_runs():
     params = {name: p for name, p in model.named_parameters()}
     assert mwt.convert(model, backend="cpu", verbose=False) is model
     rep = mwt.report(model)
-    assert sorted(rep.replaced) == ["conv1x1", "conv3x3", "conv3x3s2", "conv7x7", "same5x5"]
+    assert sorted(rep.replaced) == REPLACED
     assert set(rep.left_alone) == set(LEFT_ALONE)
     for name, word in LEFT_ALONE.items():
         assert word in rep.left_alone[name], (name, rep.left_alone[name])
@@ -185,12 +191,13 @@ def test_report_table_lists_every_layer():
     text = console.export_text()
     for name in zoo().keys():
         assert name in text
-    assert "5 of 14 Conv2d layers" in text
+    assert f"{len(REPLACED)} of {len(zoo())} Conv2d layers" in text
     assert "chosen at first call" in text
     shapes = {row.name: row.shape for row in mwt.report(model).rows}
     assert shapes["conv3x3s2"] == "8->16 3x3 s2 p1"
     assert shapes["stride21"] == "8->8 3x3 s2x1 p1"
     assert shapes["same5x5"] == "8->8 5x5 s1 psame"
+    assert shapes["conv1x7"] == "8->8 1x7 s1 p0x3"
 
 
 # ---------------------------------------------------------------------------

@@ -49,13 +49,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+# What a LAYER shape string spells (megawino.core.spec.parse_shape), shown by --help.
+SHAPE_STRING_HELP = ("LAYER shape strings: n64c64k64h56w56[r3s3][u1][p1]: batch n, channels c -> k, image "
+                     "h x w (h alone: w = h), filter r x s (default 3x3; r alone: s = r), stride u "
+                     "(default 1), padding p (default 1, r // 2 with r); u and p take an h x w pair "
+                     "where the two dimensions differ: n8c64k64h17w17r1s7p0x3, n1c3k8h32w32u2x1.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     parser = _Parser(
         prog=PROG,
         description="Winograd F(4x4,3x3) convolution as one persistent CUDA megakernel: "
                     "network sweeps, mappings and timelines (CPU executor and simulator "
-                    "without a GPU).")
+                    "without a GPU).",
+        epilog=SHAPE_STRING_HELP)
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="raise errors with their Python traceback (anywhere on the line)")

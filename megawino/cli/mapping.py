@@ -26,7 +26,8 @@ def _type_style():
 
 def _add_mapping_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("layer", metavar="LAYER",
-                   help="layer name (resnet50.conv2_x) or shape string (n64c64k64h56w56)")
+                   help="layer name (resnet50.conv2_x) or shape string (n64c64k64h56w56[r3s3][u1][p1]; "
+                        "u and p may be h x w pairs: p0x3)")
     p.add_argument("--batch", type=positive_int, default=None,
                    help=f"batch size (layer names: default {DEFAULT_LAYER_BATCH}; "
                         "shape strings: replaces n)")

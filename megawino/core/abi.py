@@ -29,7 +29,7 @@ from .tasks import COUNTER_STRIDE, TASK_RECORD_DTYPE
 OPERAND_FORMATS = ("float32", "float32_u_paired", "float32_u_transposed", "split_bf16")
 # Stored position i of each 16 channels of a "float32_u_paired" U row holds channel
 # PAIRED_CHANNELS[i] of them: position 8 q + l is the k8 step q's logical k l, which the A
-# fragment (cuda/gemm.cuh split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
+# fragment (cuda/gemm_arithmetic.cuh Tf32x3::split_a_step) gives channel 4 (l % 4) + 2 q + l // 4.
 PAIRED_CHANNELS = tuple(4 * (i % 4) + 2 * (i // 8) + (i // 4) % 2 for i in range(16))
 _PAIRED_POSITIONS = [PAIRED_CHANNELS.index(c) for c in range(16)]   # the stored position of each channel
 
@@ -110,8 +110,8 @@ PARAM_FIELDS = (
 DIRECT_KERNEL_ARGS = (
     ("x", "const float* __restrict__"), ("wt", "const float* __restrict__"),
     ("table", "const int2* __restrict__"), ("y", "float* __restrict__"),
-    *((name, "int") for name in ("C", "H", "W", "K", "R", "S", "OH", "OW", "M", "stride", "pad",
-                                 "ktiles", "ldw", "vec_x")),
+    *((name, "int") for name in ("C", "H", "W", "K", "R", "S", "OH", "OW", "M", "stride_h", "stride_w",
+                                 "pad_h", "pad_w", "ktiles", "ldw", "vec_x")),
 )
 
 

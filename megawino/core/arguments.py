@@ -23,6 +23,18 @@ def integer_argument(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def pair_argument(name: str, value, minimum: int):
+    """``value`` (an integer, or an (h, w) pair of integers, each >= ``minimum``) as a Python int,
+    or as a tuple where the two differ: one form per layer, so a pair of equal values is the int
+    an existing caller passes.  ValueError naming ``name`` otherwise."""
+    if not isinstance(value, (tuple, list)):
+        return integer_argument(name, value, minimum)
+    if len(value) not in (1, 2):
+        raise ValueError(f"{name} must be an integer or an (h, w) pair of integers, got {value!r}")
+    items = [integer_argument(name, v, minimum) for v in value]
+    return items[0] if len(set(items)) == 1 else tuple(items)
+
+
 def check_float32(name: str, arr) -> None:
     """ValueError unless ``arr`` (any array with a ``dtype``) holds float32."""
     dtype = getattr(arr, "dtype", None)

@@ -18,6 +18,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .spec import pair_of
+
 R = 3  # Winograd here is always for 3x3 filters
 
 # Point sets for F(4x4,3x3).  Which one is the default is decided by measured
@@ -158,22 +160,24 @@ def winograd_conv_nhwc(x_nhwc: np.ndarray, w: np.ndarray, padding: int, m: int =
 # Direct convolution reference (any R, S, stride, padding)
 # ---------------------------------------------------------------------------
 
-def direct_conv_nchw(x, w, stride: int = 1, padding: int = 0, dtype=np.float64, xp=np):
+def direct_conv_nchw(x, w, stride=1, padding=0, dtype=np.float64, xp=np):
     """Cross-correlation, x[N][C][H][W], w[K][C][R][S] -> y[N][K][Ho][Wo], accumulated
-    in ``dtype``.  ``xp`` is NumPy, or CuPy for the same loop on the GPU."""
+    in ``dtype``; ``stride`` and ``padding`` an int or an (h, w) pair.  ``xp`` is NumPy, or
+    CuPy for the same loop on the GPU."""
     n, c, h, wd = x.shape
     k, c2, r, s = w.shape
     if c != c2:
         raise ValueError(f"input has C={c} channels but the filter expects C={c2}")
-    ho = (h + 2 * padding - r) // stride + 1
-    wo = (wd + 2 * padding - s) // stride + 1
-    xpad = xp.zeros((n, c, h + 2 * padding, wd + 2 * padding), dtype=dtype)
-    xpad[:, :, padding:padding + h, padding:padding + wd] = x
+    (sh, sw), (ph, pw) = (pair_of(v) for v in (stride, padding))
+    ho = (h + 2 * ph - r) // sh + 1
+    wo = (wd + 2 * pw - s) // sw + 1
+    xpad = xp.zeros((n, c, h + 2 * ph, wd + 2 * pw), dtype=dtype)
+    xpad[:, :, ph:ph + h, pw:pw + wd] = x
     wt = w.astype(dtype)
     y = xp.zeros((k, n, ho, wo), dtype=dtype)
     for i in range(r):
         for j in range(s):
-            window = xpad[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
+            window = xpad[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
             y += xp.tensordot(wt[:, :, i, j], window, axes=([1], [1]))    # [k][n][ho][wo]
     return xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
 

@@ -29,7 +29,7 @@ def _check(ok, what: str) -> None:
     if not ok:
         raise EmulationError(what)
 
-def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0,
+def emulate_direct(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
                    layout: str = "NCHW", config: DirectConfig | None = None,
                    check_writes: bool = True, flush: int | None = None) -> np.ndarray:
     """Run the kernel's exact tile loop on the CPU in float64: the same table, the
@@ -71,8 +71,8 @@ def emulate_direct(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
         n = m // P
         pix = m - n * P
         oy, ox = pix // OW, pix % OW
-        iy0 = oy * stride - padding
-        ix0 = ox * stride - padding
+        iy0 = oy * spec.stride_h - spec.pad_h
+        ix0 = ox * spec.stride_w - spec.pad_w
         base = ((n * H + iy0) * W + ix0) * C if nhwc else (n * C * H + iy0) * W + ix0
         valid = m < M
         outside = np.where(valid, outside_taps(iy0, ix0, spec), np.uint32(0xFFFFFFFF))

@@ -18,6 +18,7 @@ import numpy as np
 from ..core import abi
 from ..gpu.nvrtc import as_cupy
 from ..core.resources import cuda_dir, source_hash
+from ..core.arguments import pair_argument
 from ..core.spec import LayerSpec
 from .config import (INT32_LIMIT, MAX_FILTER, PACK_COLS, PACK_ROWS, TAP_COL_BIT, TAP_SENTINEL, DirectConfig,
                      flush_terms, resource_ok)
@@ -95,11 +96,9 @@ def _spec_from(x_shape, w_shape, stride, padding, layout) -> LayerSpec:
     K, C2, R, S = w_shape
     if C != C2:
         raise ValueError(f"input has C={C} channels but the filter expects C={C2}")
-    for name, value in (("stride", stride), ("padding", padding)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
     return LayerSpec(N=int(N), C=int(C), K=int(K), H=int(H), W=int(W), R=int(R), S=int(S),
-                     stride=int(stride), padding=int(padding), layout=layout)
+                     stride=pair_argument("stride", stride, 1), padding=pair_argument("padding", padding, 0),
+                     layout=layout)
 
 
 # ---------------------------------------------------------------------------
@@ -176,11 +175,12 @@ def _validate(x, w, stride, padding, layout) -> LayerSpec:
     return spec
 
 
-def conv2d_direct(x, w, stride: int = 1, padding: int = 0, layout: str = "NCHW",
+def conv2d_direct(x, w, stride=1, padding=0, layout: str = "NCHW",
                   config: DirectConfig | None = None, out=None):
     """Direct convolution (cross-correlation) of CuPy float32 arrays.
 
-    ``x`` is NCHW or NHWC (``layout``), ``w`` is K x C x R x S; returns a new CuPy
+    ``x`` is NCHW or NHWC (``layout``), ``w`` is K x C x R x S; ``stride`` and ``padding``
+    an int or an (h, w) pair; returns a new CuPy
     array (or fills ``out``) in the input's layout.  Raises ValueError before any
     launch on bad shapes, dtypes, strides, paddings or configs.
     """
@@ -227,7 +227,8 @@ def launch_args(cfg: DirectConfig, spec: LayerSpec, x, wt, table, y) -> tuple[tu
     grid = (-(-M // cfg.BM), -(-spec.K // cfg.BN), 1)
     values = {"x": x, "wt": wt, "table": table, "y": y, "C": spec.C, "H": spec.H, "W": spec.W,
               "K": spec.K, "R": spec.R, "S": spec.S, "OH": spec.out_h, "OW": spec.out_w, "M": M,
-              "stride": spec.stride, "pad": spec.padding, "ktiles": -(-crs // cfg.BK),
+              "stride_h": spec.stride_h, "stride_w": spec.stride_w, "pad_h": spec.pad_h, "pad_w": spec.pad_w,
+              "ktiles": -(-crs // cfg.BK),
               "ldw": wt.shape[1], "vec_x": vector_x(spec, int(x.data.ptr))}
     return grid, (cfg.threads, 1, 1), kernel_args(values)
 

@@ -38,14 +38,13 @@ def _instr_per_ktile(cfg: DirectConfig, nhwc: bool) -> tuple[float, float]:
 def _a_footprint_bytes(spec: LayerSpec, BM: int) -> float:
     """Bytes of input a block of BM consecutive pixels touches (in 32-byte sectors)."""
     OH, OW, P = spec.out_h, spec.out_w, spec.out_h * spec.out_w
-    u = spec.stride
     if BM >= P:
         images = min(spec.N, -(-BM // P) + 1)
         return images * spec.C * spec.H * spec.W * 4.0
     rows_out = min(OH, -(-BM // OW) + (1 if BM % OW else 0)) if BM >= OW else (2 if OW % BM else 1)
     cols_out = OW if BM >= OW else BM
-    rows_in = min(spec.H, (rows_out - 1) * u + spec.R)
-    cols_in = min(spec.W, (cols_out - 1) * u + spec.S)
+    rows_in = min(spec.H, (rows_out - 1) * spec.stride_h + spec.R)
+    cols_in = min(spec.W, (cols_out - 1) * spec.stride_w + spec.S)
     if spec.layout == "NCHW":
         row_bytes = (-(-cols_in * 4 // 32) + 1) * 32
         return float(spec.C * rows_in * row_bytes)

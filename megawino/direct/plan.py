@@ -21,17 +21,25 @@ ARG_INDEX = {name: i for i, (name, _) in enumerate(DIRECT_KERNEL_ARGS)}
 
 
 def pack_into(dst, w, layout: str) -> None:
-    """Write [K][C][R][S] ``w`` into the packed matrix ``dst`` ([>= CRS][>= K], zero padding
-    left as it is) in the kernel's reduction order, without allocating (CUDA-graph safe)."""
+    """Write [K][C][R][S] ``w`` into the packed matrix ``dst`` ([>= CRS][>= K], NumPy or CuPy, zero
+    padding left as it is) in the kernel's reduction order, without allocating (CUDA-graph safe)."""
     K, C, R, S = w.shape
     rows = dst[:C * R * S, :K]
     dims = (C, R, S, K) if layout == "NCHW" else (R, S, C, K)
-    view = rows.reshape(dims)
-    row_bytes = rows.strides[0]
-    expected = tuple(row_bytes * int(np.prod(dims[i + 1:3])) for i in range(3)) + (rows.strides[1],)
-    if tuple(view.strides) != expected or view.data.ptr != rows.data.ptr:
-        raise RuntimeError("the packed filter view is not a view of the packed matrix")
+    # The rows as a 4-D view, its strides set here: reshape() of a strided matrix may give a
+    # size-1 axis any stride (or make a copy), so nothing is asked of it.
+    row_bytes, col_bytes = rows.strides
+    strides = (dims[1] * dims[2] * row_bytes, dims[2] * row_bytes, row_bytes, col_bytes)
+    view = _array_module(dst).lib.stride_tricks.as_strided(rows, shape=dims, strides=strides)
     view[...] = w.transpose(1, 2, 3, 0) if layout == "NCHW" else w.transpose(2, 3, 1, 0)
+
+
+def _array_module(array):
+    """NumPy for a NumPy array, else CuPy (imported only then)."""
+    if isinstance(array, np.ndarray):
+        return np
+    import cupy
+    return cupy
 
 
 class KernelPlan:

@@ -92,7 +92,7 @@ def _apply_1d(name: str, matrix, doc: str) -> list[str]:
     rows, cols = len(matrix), len(matrix[0])
     out = [f"  // {doc}: out[{rows}] = {name.upper()} in[{cols}] (strides SI, SO)",
            "  template <int SI, int SO>",
-           f"  static MW_WINO_FN void {name}(const float* in, float* out) {{"]
+           f"  static __device__ __forceinline__ void {name}(const float* in, float* out) {{"]
     for i, row in enumerate(matrix):
         expr = None
         for j, c in enumerate(row):
@@ -123,9 +123,6 @@ def winograd_lines() -> list[str]:
     lines = [
         "// Winograd F(m x m, 3 x 3) 1-D transforms from megawino.core.winograd.transform(m)",
         "// (default points; coefficients are the nearest float32 of the exact fractions).",
-        "#ifndef MW_WINO_FN",
-        "#define MW_WINO_FN __device__ __forceinline__",
-        "#endif",
         "template <int M> struct Wino;",
         "",
     ]

@@ -91,7 +91,10 @@ OWNED_DEFINE_HINTS = {
     "MW_GEMM_TF32X3": "the gemm_math= argument of conv2d / plan",
     "MW_GEMM_BF16X3": "the gemm_math= argument of conv2d / plan",
     "MW_SOURCE_HASH": "nothing: it keys the kernel cache to the CUDA sources",
+    "MW_NONFUSED_MODULE": "nothing: cuda/nonfused.cu defines it (the non-fused module's U format)",
 }
+# Defines a CUDA source sets itself: which module it is (cuda/params.cuh).
+SOURCE_DEFINES = frozenset({"MW_NONFUSED_MODULE"})
 _DEFINE_RE = re.compile(r"-D([A-Za-z_][A-Za-z0-9_]*)(=\S*)?")
 
 
@@ -139,9 +142,9 @@ def _runtime_options(m: int, layout: str, trace: bool, gemm_math: str) -> list[s
 @functools.lru_cache(maxsize=1)
 def owned_defines() -> frozenset[str]:
     """Names of the defines the runtime sets in some build (of :func:`compile_options`, traced:
-    MW_TRACE is owned even where a build leaves it undefined)."""
+    MW_TRACE is owned even where a build leaves it undefined), and those the sources set."""
     names = (define_name(o) for o in _runtime_options(4, "NCHW", True, DEFAULT_GEMM_MATH))
-    return frozenset(n for n in names if n is not None)
+    return frozenset(n for n in names if n is not None) | SOURCE_DEFINES
 
 
 def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_GEMM_MATH) -> tuple[str, ...]:
@@ -199,7 +202,7 @@ def module_ints(mod, name: str, count: int) -> list[int]:
 
 
 def gemm_smem_bytes(mod, c_stride: int) -> int:
-    """Dynamic shared memory of a launch whose GEMM tiles reduce over ``c_stride`` k (cuda/gemm.cuh
+    """Dynamic shared memory of a launch whose GEMM tiles reduce over ``c_stride`` k (cuda/gemm_config.cuh
     ``mw_gemm_smem_bytes_by_k_tiles``: a ring of fewer k tiles than stages leaves the rest to the L1)."""
     by_k_tiles = module_ints(mod, "mw_gemm_smem_bytes_by_k_tiles", 4)
     k_tiles = -(-int(c_stride) // module_int(mod, "mw_gemm_k_per_tile"))
@@ -220,7 +223,7 @@ def operand_format(mod) -> str:
 
 
 class GemmSmemKernel:
-    """A kernel of a module that keeps the GEMM tile's shared memory (``GemmSmem``, cuda/gemm.cuh)
+    """A kernel of a module that keeps the GEMM tile's shared memory (``GemmSmem``, cuda/gemm_config.cuh)
     in dynamic shared memory: the megakernel, the non-fused GEMM kernel and the pointwise
     kernels.  Every launch passes ``shared_bytes`` (calls here, KernelLaunch, blocks_per_sm;
     ``kernel`` is the driver function as on a RawKernel): all of the module's

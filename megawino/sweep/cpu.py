@@ -62,7 +62,7 @@ def _reference_images(spec: LayerSpec, dtype) -> int:
     """Images per batch of the NumPy direct convolution: its padded input, one gathered
     window and its output, in ``dtype``, within REFERENCE_BUDGET bytes."""
     per_image = np.dtype(dtype).itemsize * (
-        2 * spec.C * (spec.H + 2 * spec.padding) * (spec.W + 2 * spec.padding)
+        2 * spec.C * (spec.H + 2 * spec.pad_h) * (spec.W + 2 * spec.pad_w)
         + 3 * spec.K * spec.out_h * spec.out_w)
     return max(1, min(spec.N, REFERENCE_BUDGET // per_image))
 
@@ -127,7 +127,7 @@ def layer_peak_bytes(spec: LayerSpec) -> int:
     else:
         work = 0
     reference = 8 * _reference_images(spec, np.float64) * (
-        2 * spec.C * (spec.H + 2 * spec.padding) * (spec.W + 2 * spec.padding)
+        2 * spec.C * (spec.H + 2 * spec.pad_h) * (spec.W + 2 * spec.pad_w)
         + 3 * spec.K * spec.out_h * spec.out_w)
     return arrays + max(work, reference)
 

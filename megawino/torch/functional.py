@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..core.arguments import integer_argument
+from ..core.arguments import integer_argument, pair_argument
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
 from .routing import PYTORCH_REASONS, traced_conv2d, tracing
@@ -29,49 +29,47 @@ ALGOS = ("auto",) + MEGAWINO_ALGOS + ("pytorch",)
 ALGO_DESCRIPTIONS = {
     "pytorch": "torch.nn.functional.conv2d in IEEE fp32 (measured faster here, or asked for)",
     "cpu-executor": "megawino's CPU executor (Winograd task list)",
-    "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1 only",
+    "pytorch-cpu": "torch.nn.functional.conv2d: the CPU executor runs 3x3 stride 1, equal padding only",
     "pytorch-autograd": "torch.nn.functional.conv2d: under autograd (training is out of scope)",
     **PYTORCH_REASONS,
 }
 
 
 class ConvArguments(NamedTuple):
-    stride: int
-    padding: int
+    stride: int | tuple[int, int]       # an int where both dimensions agree (LayerSpec's form)
+    padding: int | tuple[int, int]
 
 
-def _single(value, name: str, minimum: int) -> int:
-    """An int, or a 1- or 2-sequence of equal ints, as one int; ValueError naming ``name``."""
-    if isinstance(value, (tuple, list, torch.Size)):
-        items = [_integer(v, name, minimum) for v in value]
-        if len(items) not in (1, 2) or len(set(items)) != 1:
-            raise ValueError(f"{name}={tuple(items)!r}: megawino runs the same {name} in both "
-                             f"spatial dimensions only")
-        return items[0]
-    return _integer(value, name, minimum)
-
-
-def _integer(value, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum`` by the rule of every entry point
-    (megawino.core.arguments.integer_argument: Python and NumPy integers, not bools or floats);
-    a 0-d integer tensor is the integer it holds, as torch takes it."""
+def _integer(value):
+    """A 0-d integer tensor as the int it holds (torch takes those); anything else as it is, for
+    the rule of every entry point (megawino.core.arguments: Python and NumPy integers, not bools
+    or floats) to judge."""
     if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype in _INTEGER_DTYPES:
-        value = int(value.item())
-    return integer_argument(name, value, minimum)
+        return int(value.item())
+    return value
 
 
 _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
+def _pair_argument(value, name: str, minimum: int):
+    """An int or an (h, w) pair of ints as LayerSpec takes it (equal members as one int)."""
+    items = tuple(value) if isinstance(value, (tuple, list, torch.Size)) else (value,)
+    if len(items) not in (1, 2):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair_argument(name, tuple(_integer(v) for v in items), minimum)
+
+
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
     """Validate F.conv2d's stride / padding / dilation / groups for a ``kernel_size`` (R, S)
-    filter as megawino runs them: ValueError naming the argument, else (stride, padding) ints."""
+    filter as megawino runs them: ValueError naming the argument, else (stride, padding), each an
+    int or an (h, w) pair where the dimensions differ (the direct path runs those)."""
     r, s = (int(v) for v in kernel_size)
-    if _single(dilation, "dilation", 1) != 1:
+    if _pair_argument(dilation, "dilation", 1) != 1:
         raise ValueError(f"dilation={dilation!r}: megawino runs dilation 1 only")
-    if _integer(groups, "groups", 1) != 1:
+    if integer_argument("groups", _integer(groups), 1) != 1:
         raise ValueError(f"groups={groups!r}: megawino runs groups=1 only (no grouped or depthwise convolution)")
-    stride = _single(stride, "stride", 1)
+    stride = _pair_argument(stride, "stride", 1)
     if isinstance(padding, str):
         if padding == "valid":
             return ConvArguments(stride, 0)
@@ -79,11 +77,11 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
             raise ValueError(f"padding must be an int, a pair of ints, 'valid' or 'same', got {padding!r}")
         if stride != 1:
             raise ValueError(f"padding='same' needs stride 1, got stride={stride}")
-        if r != s or r % 2 == 0:
-            raise ValueError(f"padding='same' with a {r}x{s} filter pads unequally; megawino runs "
-                             f"'same' for odd square filters only")
-        return ConvArguments(stride, r // 2)
-    return ConvArguments(stride, _single(padding, "padding", 0))
+        if r % 2 == 0 or s % 2 == 0:
+            raise ValueError(f"padding='same' with a {r}x{s} filter pads one side more than the other; "
+                             f"megawino runs 'same' for odd filter sizes only")
+        return ConvArguments(stride, pair_argument("padding", (r // 2, s // 2), 0))
+    return ConvArguments(stride, _pair_argument(padding, "padding", 0))
 
 
 def _check_tensors(input, weight, bias) -> None:
@@ -130,8 +128,8 @@ _autograd_warned = False
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
            backend: str = "auto", algo: str = "auto", gemm_math: str = DEFAULT_GEMM_MATH):
-    """torch.nn.functional.conv2d on megawino (float32, dilation 1, groups 1, equal stride and
-    padding in both dimensions; ``padding`` may be ``"valid"`` or ``"same"``).
+    """torch.nn.functional.conv2d on megawino (float32, dilation 1, groups 1; ``stride`` and
+    ``padding`` an int or a pair; ``padding`` may be ``"valid"`` or ``"same"`` (odd filters)).
 
     ``backend``: ``"auto"`` / ``"gpu"`` run CUDA tensors on the GPU, ``"cpu"`` runs CPU tensors
     on the CPU executor (3x3 stride 1; other shapes go to torch).  ``algo``: ``"auto"``
@@ -190,9 +188,9 @@ def _pair(value) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (tuple, list)) else [int(value)] * 2
 
 
-def _run_cpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str, gemm_math: str):
+def _run_cpu(x, weight, stride, padding, channels_last: bool, algo: str, gemm_math: str):
     r, s = weight.shape[2:]
-    if algo == "pytorch" or (r, s) != (3, 3) or stride != 1:
+    if algo == "pytorch" or (r, s) != (3, 3) or stride != 1 or not isinstance(padding, int):
         return F.conv2d(x, weight, None, stride, padding), "pytorch" if algo == "pytorch" else "pytorch-cpu"
     from ..cpu.executor import conv2d_cpu
     w = weight.detach().contiguous().numpy()
