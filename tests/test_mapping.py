@@ -119,6 +119,6 @@ def test_bad_mapping_params(kw):
 @pytest.mark.parametrize("kw", [dict(dig=2**31), dict(dgo=2**40), dict(groups_per_column=2**31), dict(dig=True),
                                 dict(dgo="5"), dict(groups_per_column=None)])
 def test_mapping_params_have_int32_bounds(kw):
-    with pytest.raises(ValueError, match=r"mapping parameter (DIG|DGO|M) must be"):
+    with pytest.raises(ValueError, match=r"mapping parameter (DIG|DGO|groups_per_column \(the paper's M\)) must be"):
         MappingParams(**kw)
     MappingParams(dig=2**31 - 1, dgo=0, groups_per_column=2**31 - 1)

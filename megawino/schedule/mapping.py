@@ -47,7 +47,7 @@ class MappingParams:
     def __post_init__(self):
         _non_negative("DIG", self.dig)
         _non_negative("DGO", self.dgo)
-        _positive_int("mapping parameter M", self.groups_per_column)
+        _positive_int("mapping parameter groups_per_column (the paper's M)", self.groups_per_column)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +161,7 @@ class MappingError(ValueError):
 
 def sequential_equivalent(graph: TaskGraph) -> MappingParams | None:
     """Interleaving parameters whose order is exactly :func:`sequential_mapping`'s (DIG and DGO
-    past the last ticket, M = 1: every GEMM waits behind all inputs and every output behind all
+    past the last ticket, groups_per_column 1: every GEMM waits behind all inputs and every output behind all
     GEMMs), or None if they do not reproduce it.  This lets a tuned table, which stores
     MappingParams, hold the sequential order when that is the fastest one."""
     params = MappingParams(graph.num_tasks, graph.num_tasks, 1)

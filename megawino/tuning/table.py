@@ -39,7 +39,8 @@ ENTRY_FIELDS = {
     "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
 }
 SPEC_FIELDS = ("N", "C", "K", "H", "W")
-# A table entry's "mapping" keys are the paper's names (DIG, DGO, M); MappingParams spells M out.
+# A table entry's "mapping" keys are the paper's names (DIG, DGO, M as "m"); MappingParams spells
+# M out as groups_per_column (m is the Winograd tile size in code).
 MAPPING_KEYS = {"dig": "dig", "dgo": "dgo", "m": "groups_per_column"}
 MAPPING_FIELDS = tuple(MAPPING_KEYS)
 PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
