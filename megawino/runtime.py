@@ -26,7 +26,7 @@ from .gpu import algo_choice, weights
 from .gpu.algo_choice import choose_fastest
 from .gpu.nvrtc import DEFAULT_GEMM_MATH, WINOGRAD_ALGOS, as_cupy, check_gemm_math, cupy_module, gpu_available
 from .gpu.route import forget as forget_routes, launch as launch_route, route as plan_route
-from .gpu.call_checks import check_call, env_number, ready_arrays
+from .gpu.call_checks import check_call, check_options, env_number, ready_arrays
 from .direct.plan import DirectPlan
 from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
@@ -247,13 +247,7 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     check_gemm_math(gemm_math)
-    if not isinstance(check, bool):
-        raise ValueError(f"check must be True or False, got {check!r}")
-    if weight_token is not None:
-        try:
-            hash(weight_token)
-        except TypeError:
-            raise ValueError(f"weight_token must be hashable, got {type(weight_token).__name__}") from None
+    check_options(check, weight_token)
     for name, arr in (("x", x), ("w", w)):
         if getattr(arr, "ndim", None) != 4:
             raise ValueError(f"{name} must be a 4-D array, got {type(arr).__name__} with shape "

@@ -196,3 +196,20 @@ def test_conv2d_checks_then_binds_its_route_once(fake_cupy):
     with pytest.raises(ValueError, match="C=4 channels but w expects C=3"):
         megawino.conv2d(x, FakeDeviceArray(np.zeros((8, 3, 3, 3), np.float32)), padding=1, algo="megakernel")
     assert len(plan.log) == 5 and len(fake_cupy) == 1
+
+
+def test_a_plans_call_takes_the_options_conv2d_takes(fake_cupy):
+    import numpy as np
+    from megawino.core.spec import LayerSpec
+    from megawino.gpu import call_checks
+    spec = LayerSpec(1, 4, 8, 6, 6)
+    x = FakeDeviceArray(np.ones(spec.input_shape, np.float32))
+    w = FakeDeviceArray(np.ones(spec.weight_shape, np.float32), ptr=0x1000)
+    with pytest.raises(ValueError, match="check must be True or False"):
+        call_checks.prepare_call(spec, 0, x, w, None, check=1)
+    with pytest.raises(ValueError, match="weight_token must be hashable"):
+        call_checks.prepare_call(spec, 0, x, w, None, weight_token=["w"])
+    with pytest.raises(ValueError, match="w has shape"):
+        call_checks.prepare_call(spec, 0, x, x, None)
+    with pytest.raises(ValueError, match="made on device 1"):
+        call_checks.prepare_call(spec, 1, x, w, None)

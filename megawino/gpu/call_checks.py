@@ -116,10 +116,22 @@ def check_call(cupy, spec, device: int, x, w, out) -> None:
         check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
 
 
-def prepare_call(spec, device: int, x, w, out):
-    """(x, w, out) ready for a plan's launch: the plan's device is the current one, the arrays
-    pass :func:`check_call`, the output is allocated when None, inputs are copied where the
-    kernels cannot read them as they are."""
+def check_options(check, weight_token) -> None:
+    """The call options every launch route takes: ``check`` a bool, ``weight_token`` hashable."""
+    if not isinstance(check, bool):
+        raise ValueError(f"check must be True or False, got {check!r}")
+    if weight_token is not None:
+        try:
+            hash(weight_token)
+        except TypeError:
+            raise ValueError(f"weight_token must be hashable, got {type(weight_token).__name__}") from None
+
+
+def prepare_call(spec, device: int, x, w, out, check: bool = True, weight_token=None):
+    """(x, w, out) ready for a plan's launch: the options pass :func:`check_options`, the plan's
+    device is the current one, the arrays pass :func:`check_call`, the output is allocated when
+    None, inputs are copied where the kernels cannot read them as they are."""
+    check_options(check, weight_token)
     cupy = cupy_module()
     current = cupy.cuda.runtime.getDevice()
     if current != device:

@@ -212,7 +212,7 @@ class Plan:
         """Launch the layer through the plan's route (megawino.gpu.route) on the current stream,
         return ``out`` (allocated when None) without waiting.  ``check``: first raise for a launch
         whose watchdog fired (its status arrived); ``weight_token``: see megawino.gpu.weights."""
-        x, ready_w, out = prepare_call(self.spec, self.device, x, w, out)
+        x, ready_w, out = prepare_call(self.spec, self.device, x, w, out, check, weight_token)
         return route.launch(self, x, ready_w, out, check, weight_token, copied_weight=ready_w is not w)
 
     def run(self, x, w, out, check: bool = True, weight_token=None):
