@@ -72,30 +72,40 @@ def test_calls_the_launcher_cannot_take_run_the_plan():
     for _ in range(2):
         routes.launch(plan, x, w, out, True, None)       # no token: nothing is bound
     assert kinds(plan) == ["run", "run"] and not plan.launchers
+    routes.launch(plan, x, w, out, True, "once")         # a token used once: nothing is bound
+    assert kinds(plan) == ["run"] * 3 and not plan.launchers
     routes.launch(plan, x, w, out, True, "w1")
     routes.launch(plan, x, w, out, False, "w1")          # check=False: the plan's own launch
-    assert kinds(plan) == ["run"] * 4
+    assert kinds(plan) == ["run"] * 5 and not plan.launchers
+    routes.launch(plan, x, w, out, True, "w1")           # the second checked call binds
+    assert kinds(plan)[5:] == ["launcher"] and len(plan.launchers) == 1
     stream["capturing"] = True                           # capture: the weight prepared in the graph
     routes.launch(plan, x, w, out, True, "w1")
     stream["capturing"] = False
-    assert kinds(plan) == ["run"] * 5
+    assert kinds(plan)[6:] == ["run"]
     routes.launch(plan, x, FakeArray(0x900), out, True, "w1", copied_weight=True)   # new memory each call
-    assert kinds(plan) == ["run"] * 6 and (0x900, 7) not in plan._routes
-    plan.log.pop()
-    plan.launchers[-1].is_valid = False                  # a cache dropped what it reads
+    routes.launch(plan, x, FakeArray(0x900), out, True, "w1", copied_weight=True)
+    assert kinds(plan)[7:] == ["run", "run"] and (0x900, 7) not in plan._routes
+    plan.launchers[-1].is_valid = False                  # a cache dropped what it reads: bound again
+    routes.launch(plan, x, w, out, True, "w1")
+    assert kinds(plan)[9:] == ["launcher"] and len(plan.launchers) == 2
+    plan.launchers[-1].is_valid = False
+    plan.prepared.clear()                                # ... and the prepared weight with it
     routes.launch(plan, x, w, out, True, "w1")
     routes.launch(plan, x, w, out, True, "w1")
-    assert kinds(plan) == ["run"] * 6 + ["launcher"] and len(plan.launchers) == 2
+    assert kinds(plan)[10:] == ["run", "launcher"] and len(plan.launchers) == 3
 
 
 def test_a_route_under_capture_binds_nothing_until_a_later_eager_call():
     plan, w = FakePlan(), FakeArray(0x100)
     stream["capturing"] = True
-    routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
+    for _ in range(2):
+        routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
     stream["capturing"] = False
+    assert not plan.launchers
+    routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")   # prepared eagerly
     routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
-    routes.launch(plan, FakeArray(1), w, FakeArray(2), True, "w1")
-    assert kinds(plan) == ["run", "run", "launcher"]
+    assert kinds(plan) == ["run", "run", "run", "launcher"]
 
 
 def test_routes_are_per_weight_memory_and_stream_and_go_with_the_plan():
@@ -115,7 +125,8 @@ def test_routes_are_per_weight_memory_and_stream_and_go_with_the_plan():
     assert routes.route(plan, FakeArray(0x100), None) is not routes.route(plan, FakeArray(0x100), None)
     # Full: the routes without a launcher make room first; a route with a live launcher stays.
     bound = routes.route(plan, FakeArray(0x100), "w1")
-    routes.launch(plan, FakeArray(1), FakeArray(0x100), FakeArray(2), True, "w1")
+    for _ in range(2):
+        routes.launch(plan, FakeArray(1), FakeArray(0x100), FakeArray(2), True, "w1")
     assert bound.launcher is not None
     for i in range(routes.MAX_ROUTES + 1):
         routes.route(plan, FakeArray(0x1000 + 16 * i), "w")

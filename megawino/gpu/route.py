@@ -5,9 +5,9 @@
    for a plan's call, :func:`megawino.gpu.call_checks.check_call` for ``megawino.conv2d``: one set
    of checks), before anything launches.
 2. A :class:`Route` binds a plan to one weight (its array and ``weight_token``) and one stream.
-   Its first call runs the plan (:meth:`run`: the weight is prepared under the token); from then
-   on the plan's launches are bound into a :class:`megawino.gpu.launch.Launcher` once, and each
-   call only sets the input and output pointers.  Calls without a token, with ``check=False``,
+   Its first call runs the plan (``plan.run``: the weight is prepared under the token); its
+   second binds the plan's launches into a :class:`megawino.gpu.launch.Launcher` once, and each
+   call from then on only sets the input and output pointers.  Calls without a token, with ``check=False``,
    under CUDA-graph capture, or after a cache dropped what the launcher reads, run the plan
    as the first call does.
 
@@ -32,11 +32,12 @@ class Route:
     """``plan`` bound to the weight ``weight`` under ``token`` on the stream ``stream`` (its
     handle); calling it launches the layer on checked, kernel-ready arrays."""
 
-    __slots__ = ("plan", "weight", "token", "stream", "launcher")
+    __slots__ = ("plan", "weight", "token", "stream", "launcher", "called")
 
     def __init__(self, plan, weight, token, stream: int):
         self.plan, self.weight, self.token, self.stream = plan, weight, token, stream
         self.launcher = None
+        self.called = False       # a call ran the plan: the weight is prepared under the token
 
     def bound(self):
         """The launcher when it can run the next call as it is (made, everything it reads still
@@ -60,14 +61,16 @@ class Route:
     def __call__(self, x, out, check: bool = True):
         """The layer of ``x`` (checked and kernel-ready) into ``out``, launched on the current
         stream (this route's); ``check``: raise first for a fired watchdog (see the plans)."""
-        launcher = self.bound() if check else None
-        if launcher is not None:
-            launcher.launch(x.data.ptr, out.data.ptr)
-            return out
-        out = self.plan.run(x, self.weight, out, check, self.token)
-        if self.token is not None and check and not workspace.is_capturing():
-            self.bind(x)          # under capture the next eager call binds it
-        return out
+        if check and self.token is not None:
+            launcher = self.bound()
+            if launcher is None and self.called:
+                # The route's second call binds the launcher: a token used once costs no binding.
+                launcher = self.bind(x)
+            if launcher is not None:
+                launcher.launch(x.data.ptr, out.data.ptr)
+                return out
+        self.called = True
+        return self.plan.run(x, self.weight, out, check, self.token)
 
 
 def route(plan, w, weight_token) -> Route:
