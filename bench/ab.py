@@ -260,32 +260,48 @@ def compare_sass(args, out: Path) -> int:
         print("ab: --sass needs nvcc on PATH and cuobjdump ($CUOBJDUMP, PATH, or pip install triton)",
               file=sys.stderr)
         return 2
-    jobs = {}
+    cuda, builds = {}, {}
+    for side in SIDES:
+        cuda[side] = Path(getattr(args, f"{side}_sources") or cuda_dir()).resolve()
+        builds[side] = [b for b in sass_builds(tuple(getattr(args, f"{side}_defines").split()))
+                        if args.only is None or re.search(args.only, b[0])]
+        (out / side).mkdir(exist_ok=True)
+        print(f"ab: {side}: sources {cuda[side]}, defines {getattr(args, f'{side}_defines')!r}", flush=True)
+    names = [name for name, _, _ in builds["a"]]
+    if not names:
+        print(f"ab: --only {args.only!r} matches no build", file=sys.stderr)
+        return 2
+    differ = []
     with tempfile.TemporaryDirectory(prefix="megawino-sass-") as work, \
             concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for side in SIDES:
-            cuda = Path(getattr(args, f"{side}_sources") or cuda_dir()).resolve()
-            (Path(work) / side).mkdir()
-            (out / side).mkdir(exist_ok=True)
-            print(f"ab: {side}: sources {cuda}, defines {getattr(args, f'{side}_defines')!r}", flush=True)
-            for name, source, options in sass_builds(tuple(getattr(args, f"{side}_defines").split())):
-                if args.only is None or re.search(args.only, name):
-                    jobs[side, name] = pool.submit(dump_build, cuda, source, options,
-                                                   Path(work) / side / f"{name}.cubin", cuobjdump)
-        dumps = {key: job.result() for key, job in jobs.items()}
-    names = [name for side, name in dumps if side == "a"]
-    differ = []
-    for name in names:
-        a, b = dumps["a", name], dumps["b", name]
-        for side, text in (("a", a), ("b", b)):
-            (out / side / f"{name}.sass").write_text(text)
-        if a == b:
-            print(f"identical  {name}")
-            continue
-        differ.append(name)
-        diff = list(difflib.unified_diff(a.splitlines(), b.splitlines(), "a", "b", n=1, lineterm=""))
-        (out / f"{name}.diff").write_text("\n".join(diff) + "\n")
-        print(f"differs    {name} ({sum(ln[:1] in '+-' for ln in diff[2:])} lines; {out / f'{name}.diff'})")
+        # Both sides of a build one after the other, so that each verdict prints as soon as it is known.
+        jobs = {}
+        for i, name in enumerate(names):
+            for side in SIDES:
+                _, source, options = builds[side][i]
+                jobs[side, name] = pool.submit(dump_build, cuda[side], source, options,
+                                               Path(work) / f"{side}-{name}.cubin", cuobjdump)
+        for name in names:
+            dumps, failed = {}, []
+            for side in SIDES:
+                try:
+                    dumps[side] = jobs[side, name].result()
+                    (out / side / f"{name}.sass").write_text(dumps[side])
+                except RuntimeError as exc:     # a failed compile: nvcc's message in place of the dump
+                    (out / side / f"{name}.log").write_text(f"{exc}\n")
+                    failed.append(str(out / side / f"{name}.log"))
+            if failed:
+                differ.append(name)
+                print(f"failed     {name} (nvcc's message: {', '.join(failed)})", flush=True)
+            elif dumps["a"] == dumps["b"]:
+                print(f"identical  {name}", flush=True)
+            else:
+                differ.append(name)
+                diff = list(difflib.unified_diff(dumps["a"].splitlines(), dumps["b"].splitlines(), "a", "b",
+                                                 n=1, lineterm=""))
+                (out / f"{name}.diff").write_text("\n".join(diff) + "\n")
+                print(f"differs    {name} ({sum(ln[:1] in '+-' for ln in diff[2:])} lines changed;"
+                      f" {out / f'{name}.diff'})", flush=True)
     print(f"ab: {len(names) - len(differ)} of {len(names)} builds identical")
     return 1 if differ else 0
 
