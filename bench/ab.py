@@ -7,13 +7,12 @@ A build is a set of CUDA defines (``--a-defines`` / ``--b-defines``, passed as
 ``MEGAWINO_CUDA_DEFINES``; write ``--b-defines=-DNAME=1``, with ``=``, as the value starts with
 a dash) and a folder of CUDA sources (``--a-sources`` / ``--b-sources``: the
 ``.cu`` / ``.cuh`` files that replace the installed ones for that side; the installed sources are
-put back at the end), or a git revision's ``cuda/`` (``--a-rev`` / ``--b-rev``, extracted with
-``git archive`` into ``--out``).  The kernel cache keys on the defines and on the sources' hash, so each
-build compiles once.
+put back at the end) or a git revision's ``cuda/`` (``--a-rev`` / ``--b-rev``, extracted with
+``git archive`` into ``--out``).  The kernel cache keys on the defines and on the sources' hash,
+so each build compiles once.
 
     python3 bench/ab.py --b-defines=-DMW_GEMM_WGMMA=0               # wgmma against mma.sync
-    git archive REV cuda | tar x --strip-components=1 -C /tmp/old_cuda    # an older revision's sources
-    python3 bench/ab.py --b-sources /tmp/old_cuda --rounds 3 -- --layers vgg16.conv1_2,yolov3.res1
+    python3 bench/ab.py --a-rev main --rounds 3 -- --layers vgg16.conv1_2,yolov3.res1    # main against this tree
     python3 bench/ab.py --b-defines=-DNAME=1 --command "python3 bench/models.py --models resnet50 --batches 1 --json {out}"
     python3 bench/ab.py --sass --a-rev main --b-sources cuda          # a change's SASS, no GPU needed
 
@@ -29,7 +28,7 @@ direct kernel) for sm_90a (the wgmma family) and sm_80 (the mma.sync family) fro
 sources with nvcc and the runtime's defines, and compares ``cuobjdump -sass`` and ``-elf`` of each
 build (file names dropped).  It lists each build as identical or differing, writes the dumps and
 a diff per differing build to ``--out``, and exits 0 when every build is identical, 1 when some
-differ.  cuobjdump: ``$CUOBJDUMP``, else on PATH, else the one triton ships (pip install triton).
+differ (or fail to compile).  cuobjdump: ``$CUOBJDUMP``, else on PATH, else the one triton ships (pip install triton).
 """
 from __future__ import annotations
 
@@ -179,6 +178,8 @@ class Sources:
             shutil.copy2(path, self.saved / path.name)
 
     def use(self, folder: str | None) -> None:
+        if folder is not None and Path(folder).resolve() == self.installed.resolve():
+            folder = None       # the installed sources themselves (an editable install's cuda/)
         for path in self.installed.glob("*.cu*"):
             path.unlink()
         for path in Path(folder or self.saved).glob("*.cu*"):

@@ -72,6 +72,9 @@ def test_ab_swaps_the_sources_and_puts_them_back(tmp_path, monkeypatch):
                     "--out", str(tmp_path / "ab")]) == 0
     assert seen.read_text() == "A,BB2,"
     assert sorted(p.name for p in installed.iterdir()) == ["k.cuh"] and (installed / "k.cuh").read_text() == "A"
+    sources = ab.Sources(tmp_path / "saved")
+    sources.use(str(installed))         # the installed folder itself (an editable install's cuda/): kept
+    assert [p.read_text() for p in installed.iterdir()] == ["A"]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -115,7 +118,7 @@ def test_ab_sass_lists_every_runtime_build():
         assert {f"{target}-pointwise-{m}" for m in ("3xtf32", "bf16x3", "ffma")} <= set(mine)
         assert any(n.endswith("trace") for n in mine) and any("-direct-NHWC" in n for n in mine)
     options = dict((name, opts) for name, _, opts in ab.sass_builds(("-DEXTRA=1",)))
-    assert "-DEXTRA=1" in options["sm_80-megakernel-m2-NHWC-bf16x3"] and "-DMW_M=2" in options["sm_80-megakernel-m2-NHWC-bf16x3"]
+    assert {"-DEXTRA=1", "-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_BF16X3=1"} <= set(options["sm_80-megakernel-m2-NHWC-bf16x3"])
     assert "-DEXTRA=1" not in options["sm_80-direct-NCHW"]
     assert not any(o.startswith(("-I", "-DMW_SOURCE_HASH")) for opts in options.values() for o in opts)
 
