@@ -28,7 +28,8 @@ direct kernel) for sm_90a (the wgmma family) and sm_80 (the mma.sync family) fro
 sources with nvcc and the runtime's defines, and compares ``cuobjdump -sass`` and ``-elf`` of each
 build (file names dropped).  It lists each build as identical or differing, writes the dumps and
 a diff per differing build to ``--out``, and exits 0 when every build is identical, 1 when some
-differ (or fail to compile).  cuobjdump: ``$CUOBJDUMP``, else on PATH, else the one triton ships (pip install triton).
+differ (or fail to compile).  cuobjdump: ``$CUOBJDUMP``, else on PATH, else the one triton ships
+(pip install triton).
 """
 from __future__ import annotations
 
@@ -195,6 +196,7 @@ def sass_builds(extra: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
     """(name, source, nvcc options) of every module build the runtime makes, for each architecture-
     specific target (the wgmma family) and sm_80 (the mma.sync family every other GPU runs).
     ``extra``: a side's defines, which the runtime adds to the Winograd and pointwise modules."""
+    from megawino.core.spec import LAYOUTS
     from megawino.direct.config import DEFAULT_CONFIG, FLUSH_TERMS
     from megawino.gpu import nvrtc
     from megawino.gpu.identity import ARCH_SPECIFIC_TARGETS
@@ -211,7 +213,7 @@ def sass_builds(extra: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
         for math in nvrtc.GEMM_MATHS:
             for kind in nvrtc.KERNEL_KINDS:
                 for m in (2, 4):
-                    for layout in ("NCHW", "NHWC"):
+                    for layout in LAYOUTS:
                         out.append((f"{target}-{kind}-m{m}-{layout}-{math}", f"{kind}.cu",
                                     arch + runtime(m, layout, False, math)))
             out.append((f"{target}-pointwise-{math}", "pointwise.cu", arch + runtime(4, "NCHW", False, math)))
