@@ -593,7 +593,7 @@ def _fake_cupy():
 
 
 def _round_tf32(a):
-    """fp32 -> TF32, round to nearest (ties away), as cuda/gemm.cuh's split_tf32."""
+    """fp32 -> TF32, round to nearest (ties away), as Tf32x3::split in cuda/gemm_arithmetic.cuh."""
     bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,9 @@ def test_ab_swaps_the_sources_and_puts_them_back(tmp_path, monkeypatch):
                     "--out", str(tmp_path / "ab")]) == 0
     assert seen.read_text() == "A,BB2,"
     assert sorted(p.name for p in installed.iterdir()) == ["k.cuh"] and (installed / "k.cuh").read_text() == "A"
+    sources = ab.Sources(tmp_path / "saved")
+    sources.use(str(installed))         # the installed folder itself (an editable install's cuda/): kept
+    assert [p.read_text() for p in installed.iterdir()] == ["A"]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -78,11 +82,67 @@ def test_ab_swaps_the_sources_and_puts_them_back(tmp_path, monkeypatch):
     (["--b-defines=-DX", "--rounds", "0"], "--rounds"),
     (["--b-sources", "/nonexistent"], "no .cu"),
     (["--b-defines=-DX", "--command", "true", "--", "--quick"], "exclude each other"),
+    (["--b-rev", "HEAD", "--b-sources", "cuda"], "exclude each other"),
+    (["--b-rev", "no-such-revision"], "not a revision"),
+    (["--sass", "--command", "true"], "takes no benchmark"),
+    (["--sass", "--only", "("], "--only"),
+    (["--sass", "--jobs", "0"], "--jobs"),
+    (["--sass", "--b-defines=-DMW_M=2"], "MW_M"),
 ])
 def test_ab_refuses_bad_arguments(argv, words, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         ab.parse_args(argv)
-    assert words in capsys.readouterr().err
+    assert exc.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_ab_takes_a_revisions_cuda_sources(tmp_path):
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    args = ab.parse_args(["--b-rev", "HEAD", "--dry-run", "--command", "true"])
+    ab.sources_of_revisions(args, tmp_path)
+    folder = Path(args.b_sources)
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", "HEAD", "cuda/"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(Path(t).name for t in tracked)
+    shown = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:cuda/gemm.cuh"], capture_output=True, check=True)
+    assert (folder / "gemm.cuh").read_bytes() == shown.stdout and args.a_sources is None
+
+
+def test_ab_sass_lists_every_runtime_build():
+    names = [name for name, _, _ in ab.sass_builds(())]
+    assert len(names) == len(set(names))
+    for target in ("sm_90a", "sm_80"):
+        mine = [n for n in names if n.startswith(target + "-")]
+        assert len([n for n in mine if "-megakernel-" in n and not n.endswith("trace")]) == 2 * 2 * 3
+        assert len([n for n in mine if "-nonfused-" in n]) == 2 * 2 * 3
+        assert {f"{target}-pointwise-{m}" for m in ("3xtf32", "bf16x3", "ffma")} <= set(mine)
+        assert any(n.endswith("trace") for n in mine) and any("-direct-NHWC" in n for n in mine)
+    options = dict((name, opts) for name, _, opts in ab.sass_builds(("-DEXTRA=1",)))
+    assert {"-DEXTRA=1", "-DMW_M=2", "-DMW_NHWC=1", "-DMW_GEMM_BF16X3=1"} <= set(options["sm_80-megakernel-m2-NHWC-bf16x3"])
+    assert "-DEXTRA=1" not in options["sm_80-direct-NCHW"]
+    assert not any(o.startswith(("-I", "-DMW_SOURCE_HASH")) for opts in options.values() for o in opts)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or ab.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
+def test_ab_sass_tells_identical_from_changed_sources(tmp_path, capsys):
+    """One build (sm_80 FFMA pointwise): a tree against its copy is identical (exit 0); against a
+    copy with one constant changed, it differs (exit 1) and its diff is written."""
+    from megawino.core.resources import cuda_dir
+    same, changed = tmp_path / "same", tmp_path / "changed"
+    shutil.copytree(cuda_dir(), same)
+    shutil.copytree(cuda_dir(), changed)
+    text = (changed / "pointwise.cu").read_text()
+    assert text.count("pointwise_tile<64>(") == 1
+    (changed / "pointwise.cu").write_text(text.replace("pointwise_tile<64>(", "pointwise_tile<128>("))
+    build = "sm_80-pointwise-ffma"
+    argv = ["--sass", "--only", f"^{build}$", "--a-sources", str(cuda_dir())]
+    assert ab.main([*argv, "--b-sources", str(same), "--out", str(tmp_path / "ab1")]) == 0
+    assert f"identical  {build}" in capsys.readouterr().out
+    assert ab.main([*argv, "--b-sources", str(changed), "--out", str(tmp_path / "ab2")]) == 1
+    out = capsys.readouterr().out
+    assert f"differs    {build}" in out and "0 of 1 builds identical" in out
+    assert "mw_pointwise_64" in (tmp_path / "ab2" / "a" / f"{build}.sass").read_text()
+    assert (tmp_path / "ab2" / f"{build}.diff").read_text().count("\n+") > 0
 
 
 def test_ab_default_runs_compare_and_reads_each_kind_of_result(tmp_path):
