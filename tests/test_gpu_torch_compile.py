@@ -1,5 +1,5 @@
 """megawino.torch on the GPU under torch.compile (default and reduce-overhead), torch.export and
-torch.autocast: converted torchvision ResNet-18 and a model with a single-output-channel head."""
+torch.autocast: converted torchvision ResNet-50 and a model with a single-output-channel head."""
 import copy
 
 import pytest
@@ -35,14 +35,14 @@ class DepthHead(nn.Module):
         return self.head3(features) + self.head1(features)
 
 
-def resnet18():
+def resnet50():
     torchvision = pytest.importorskip("torchvision")
-    return torchvision.models.resnet18(weights=None)
+    return torchvision.models.resnet50(weights=None)
 
 
 # The depth-head model is small enough that cuDNN wins every per-layer choice: it runs megawino's
 # direct path on every layer so that the compiled graph holds megawino's kernels.
-MODELS = {"resnet18": (resnet18, 4, 224, "auto"), "depth_head": (DepthHead, 2, 64, "direct")}
+MODELS = {"resnet50": (resnet50, 8, 224, "auto"), "depth_head": (DepthHead, 2, 64, "direct")}
 
 
 def converted(name):

@@ -58,6 +58,7 @@ def _peak_rss(shape, k, padding):
 
 @pytest.mark.parametrize("shape, k, padding", [
     ((1, 3, 4096, 4096), 4, 1),          # one image's whole buffers: about 3 GiB
+    ((1, 3, 8192, 8192), 4, 1),          # whole buffers 12 GiB, run in 1 GiB bands
     ((1, 1, 16, 16), 1, 4000),           # a 1 KB input whose padding makes an 8014x8014 output
 ])
 def test_large_image_stays_within_the_budget(shape, k, padding):
