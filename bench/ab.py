@@ -211,10 +211,10 @@ def sass_builds(extra: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
     for target in (*ARCH_SPECIFIC_TARGETS.values(), "sm_80"):
         arch = (f"-arch={target}",)
         for math in nvrtc.GEMM_MATHS:
-            for kind in nvrtc.KERNEL_KINDS:
+            for algo in nvrtc.WINOGRAD_ALGOS:
                 for m in (2, 4):
                     for layout in LAYOUTS:
-                        out.append((f"{target}-{kind}-m{m}-{layout}-{math}", f"{kind}.cu",
+                        out.append((f"{target}-{algo}-m{m}-{layout}-{math}", f"{algo}.cu",
                                     arch + runtime(m, layout, False, math)))
             out.append((f"{target}-pointwise-{math}", "pointwise.cu", arch + runtime(4, "NCHW", False, math)))
         out.append((f"{target}-megakernel-m4-NCHW-{nvrtc.DEFAULT_GEMM_MATH}-trace", "megakernel.cu",

@@ -118,14 +118,14 @@ def check_layer(data: Path, layer: str, calib_traces: int | None = None) -> dict
         path = data / f"{layer}.{choice}.npz"
         if not path.is_file():
             continue
-        m, g, o, recs = (meta, graph, order, records) if choice == "heuristic" else load_choice(path)
+        run_meta, g, o, recs = (meta, graph, order, records) if choice == "heuristic" else load_choice(path)
         spans = [float((r[:, 3].max() - r[:, 1].min()) / 1e3) for r in recs]
         measured = float(np.median(spans))
-        sim = simulate(g, o, m["grid"], model).makespan
+        sim = simulate(g, o, run_meta["grid"], model).makespan
         row["choices"][choice] = {
             "simulated_us": sim, "measured_us": measured, "trace_us": spans,
-            "untraced_us": m.get("untraced_median_us"), "error": (sim - measured) / measured,
-            "in_sample": choice == "heuristic", "params": m["params"], "mapping": m["mapping"]}
+            "untraced_us": run_meta.get("untraced_median_us"), "error": (sim - measured) / measured,
+            "in_sample": choice == "heuristic", "params": run_meta["params"], "mapping": run_meta["mapping"]}
     return row
 
 

@@ -2,9 +2,11 @@
 
 * :func:`plan` makes a reusable plan for one layer shape (megawino.gpu.winograd_plan.Plan for the Winograd
   algos, megawino.direct.plan.DirectPlan for the direct path).
-* :func:`conv2d` validates its arguments, picks the algorithm (``"auto"``: the fastest of the
+* :func:`conv2d` validates its arguments, checks its arrays as the plans do
+  (megawino.gpu.call_checks.check_call), picks the algorithm (``"auto"``: the fastest of the
   megakernel, the non-fused kernels and the direct path, measured once per shape and GPU:
-  megawino.gpu.algo_choice) and runs a cached plan, asynchronously on CuPy's current stream.
+  megawino.gpu.algo_choice) and launches a cached plan through its route (megawino.gpu.route:
+  with a weight token, a launcher bound once), asynchronously on CuPy's current stream.
   NumPy inputs run the CPU reference path (megawino.cpu.executor.conv2d_cpu).
 * Plans are cached per (device, shape, algorithm, GEMM arithmetic) in a thread-safe LRU of
   ``MEGAWINO_PLAN_CACHE`` entries (default 512: DenseNet-161 alone has 86 conv shapes), never
@@ -22,8 +24,9 @@ import numpy as np
 
 from .gpu import algo_choice, weights
 from .gpu.algo_choice import choose_fastest
-from .gpu.nvrtc import DEFAULT_GEMM_MATH, KERNEL_KINDS, as_cupy, check_gemm_math, cupy_module, gpu_available
-from .gpu.call_checks import check_out, env_number, ready_arrays
+from .gpu.nvrtc import DEFAULT_GEMM_MATH, WINOGRAD_ALGOS, as_cupy, check_gemm_math, cupy_module, gpu_available
+from .gpu.route import forget as forget_routes, launch as launch_route, route as plan_route
+from .gpu.call_checks import check_call, check_options, env_number, ready_arrays
 from .direct.plan import DirectPlan
 from .direct.pointwise import PointwisePlan, check_pointwise
 from .gpu.winograd_plan import Plan, WatchdogError, synchronize
@@ -37,16 +40,10 @@ __all__ = ["plan", "conv2d", "synchronize", "clear_cache", "set_allocator", "cho
            "choose_algo", "candidate_algos", "cached_plan", "Plan", "DirectPlan", "PointwisePlan", "WatchdogError", "gpu_available", "cuda_dir",
            "source_hash"]
 
-ALGOS = KERNEL_KINDS + ("direct", "pointwise")
+ALGOS = WINOGRAD_ALGOS + ("direct", "pointwise")
 LAYOUTS = ("NCHW", "NHWC")
 ENV_PLAN_CACHE = "MEGAWINO_PLAN_CACHE"
 PLAN_CACHE_MAX = 1 << 20          # plans: far more shapes than any network has
-
-
-def gpu_name_key() -> str:
-    """Key of the current GPU's mapping table (``mapping/<key>.json``), e.g. ``h100``."""
-    from .gpu.identity import current_gpu_key
-    return current_gpu_key()
 
 
 def plan(spec: LayerSpec, params: TaskParams | None = None, mapping=None, algo: str = "megakernel",
@@ -103,7 +100,7 @@ class _PlanCache:
                                     if not getattr(p, "captured", False) and k != key]:
                         if len(self._plans) <= limit:
                             break
-                        self._plans.pop(old_key).evicted = True
+                        _evict(self._plans.pop(old_key))
                     self._making.pop(key, None)
         return found
 
@@ -111,16 +108,23 @@ class _PlanCache:
         with self._lock:
             found = self._plans.pop(key, None)
         if found is not None:
-            found.evicted = True
+            _evict(found)
 
     def clear(self) -> None:
         with self._lock:
             for found in self._plans.values():
-                found.evicted = True
+                _evict(found)
             self._plans.clear()
 
     def __len__(self) -> int:
         return len(self._plans)
+
+
+def _evict(found) -> None:
+    """Mark a plan the cache dropped (the launchers that hold it stop using it) and drop its
+    routes, which would keep its workspaces alive."""
+    found.evicted = True
+    forget_routes(found)
 
 
 def _plan_cache_limit() -> int:
@@ -142,6 +146,13 @@ def cached_plan(spec: LayerSpec, algo: str, gemm_math: str, device: int):
     """The plan :func:`conv2d` runs for ``spec`` and ``algo`` on ``device``, the current device
     (made and cached when missing): for callers that have checked their arrays themselves."""
     return PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
+
+
+def route(spec: LayerSpec, algo: str, gemm_math: str, device: int, w, weight_token):
+    """The route (megawino.gpu.route.Route) of :func:`cached_plan` bound to the weight ``w``
+    under ``weight_token`` on the current stream: for callers that have checked their arrays
+    themselves (megawino.torch after a layer's first call)."""
+    return plan_route(cached_plan(spec, algo, gemm_math, device), w, weight_token)
 
 
 def candidate_algos(spec: LayerSpec) -> tuple[str, ...]:
@@ -236,13 +247,7 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     check_gemm_math(gemm_math)
-    if not isinstance(check, bool):
-        raise ValueError(f"check must be True or False, got {check!r}")
-    if weight_token is not None:
-        try:
-            hash(weight_token)
-        except TypeError:
-            raise ValueError(f"weight_token must be hashable, got {type(weight_token).__name__}") from None
+    check_options(check, weight_token)
     for name, arr in (("x", x), ("w", w)):
         if getattr(arr, "ndim", None) != 4:
             raise ValueError(f"{name} must be a 4-D array, got {type(arr).__name__} with shape "
@@ -257,12 +262,7 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
         raise ValueError("algo='cpu' needs NumPy arrays")
     cupy = cupy_module()
     x, w = as_cupy(x, "x"), as_cupy(w, "w")
-    for name, arr in (("x", x), ("w", w)):
-        check_float32(name, arr)
     device = cupy.cuda.runtime.getDevice()
-    if x.device.id != device or w.device.id != device:
-        raise ValueError(f"x is on device {x.device.id} and w on device {w.device.id}, the current "
-                         f"device is {device}")
     key = (device, x.shape, w.shape, stride, padding, layout, algo, gemm_math, weight_token is not None)
     resolved = _RESOLVED.get(key)
     if resolved is None:
@@ -275,7 +275,7 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
         spec, algo = resolved
     if out is not None:
         out = as_cupy(out, "out")
-        check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
+    check_call(cupy, spec, device, x, w, out)      # the plans' own checks, before anything launches
     if resolved is None:
         if algo == "auto":
             algo = choose_algo(spec, gemm_math, prepared_weights=weight_token is not None)
@@ -283,4 +283,5 @@ def conv2d(x, w, stride=1, padding=1, algo: str = "auto", layout: str = "NCHW",
             _RESOLVED.clear()
         _RESOLVED[key] = (spec, algo)
     p = PLANS.get((device, spec, algo, gemm_math), lambda: plan(spec, algo=algo, gemm_math=gemm_math))
-    return p.run(*ready_arrays(spec, x, w, out), check, weight_token)
+    x, ready_w, out = ready_arrays(spec, x, w, out)
+    return launch_route(p, x, ready_w, out, check, weight_token, copied_weight=ready_w is not w)

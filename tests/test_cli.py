@@ -180,8 +180,9 @@ def test_mapping_of_a_gemm_output_graph_names_its_tasks(monkeypatch, tmp_path):
 
 
 def test_mapping_valid_and_counts():
-    code, text = run(["mapping", "n2c16k16h12w12", "--dig", "4", "--dgo", "8", "--m", "2"])
+    code, text = run(["mapping", "n2c16k16h12w12", "--dig", "4", "--dgo", "8", "--groups-per-column", "2"])
     assert code == 0
+    assert run(["mapping", "n2c16k16h12w12", "--dig", "4", "--dgo", "8", "--m", "2"]) == (code, text)   # the alias
     assert_fits_80(text)
     assert "valid" in text and "invalid" not in text
     spec = resolve_layer("n2c16k16h12w12")
@@ -205,12 +206,13 @@ def test_mapping_sequential_layer_name_default_batch():
     assert "N64 C64 K64" in text and "sequential" in text and "valid" in text
 
 
-@pytest.mark.parametrize("flag, value, what", [("--m", "0", "positive"), ("--dig", "-1", "non-negative"),
-                                                ("--dgo", "-5", "non-negative")])
+@pytest.mark.parametrize("flag, value, what", [("--m", "0", "positive"), ("--groups-per-column", "0", "positive"),
+                                                ("--dig", "-1", "non-negative"), ("--dgo", "-5", "non-negative")])
 def test_mapping_nonsense_parameters_exit_2(capsys, flag, value, what):
     assert main(["mapping", "n2c16k16h12w12", flag, value]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"megawino: error: argument {flag}: must be a {what} integer, got {value}")
+    named = "--groups-per-column/--m" if flag in ("--m", "--groups-per-column") else flag
+    assert err.startswith(f"megawino: error: argument {named}: must be a {what} integer, got {value}")
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 

@@ -38,15 +38,15 @@ def layers(draw):
 
 @FUZZ
 @given(layer=layers(), order_kind=st.sampled_from(ORDERS), dig=st.integers(0, 400),
-       dgo=st.integers(0, 400), group_m=st.integers(1, 8), seed=st.integers(0, 2**32 - 1),
+       dgo=st.integers(0, 400), groups_per_column=st.integers(1, 8), seed=st.integers(0, 2**32 - 1),
        distribution=st.sampled_from(("normal", "uniform")))
-def test_executor_matches_float64_for_any_valid_mapping(layer, order_kind, dig, dgo, group_m, seed,
+def test_executor_matches_float64_for_any_valid_mapping(layer, order_kind, dig, dgo, groups_per_column, seed,
                                                         distribution):
     spec, params = layer
     rng = np.random.default_rng(seed)
     graph = build_graph(spec, params)
     if order_kind == "interleaved":
-        order = mapping_mod.build_interleaved(graph, mapping_mod.MappingParams(dig, dgo, group_m)).order
+        order = mapping_mod.build_interleaved(graph, mapping_mod.MappingParams(dig, dgo, groups_per_column)).order
     elif order_kind == "sequential":
         order = mapping_mod.sequential_mapping(graph)
     else:

@@ -441,8 +441,8 @@ def test_gemm_runs_wgmma_on_sm90(monkeypatch, spec):
     for wgmma_define in ("", "-DMW_GEMM_WGMMA=0"):
         monkeypatch.setenv(nvrtc.EXTRA_DEFINES_ENV, wgmma_define)
         expect = capability == "90" and not wgmma_define
-        for kind in nvrtc.KERNEL_KINDS:
-            assert nvrtc.gemm_uses_wgmma(nvrtc.module(kind, 4, "NCHW")) == expect, (kind, wgmma_define)
+        for algo in nvrtc.WINOGRAD_ALGOS:
+            assert nvrtc.gemm_uses_wgmma(nvrtc.module(algo, 4, "NCHW")) == expect, (algo, wgmma_define)
         params = default_params(spec, m=4)
         y = _run(megawino.plan(spec, params=params), xd, wd)
         assert rel_l2(_to_nchw(spec, y), ref) < _tol(spec, 4), wgmma_define

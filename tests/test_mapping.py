@@ -51,10 +51,10 @@ def test_interleaved_properties(seed):
     assert (tickets[short_gemm] > last_input).all()
     assert (tickets[short_out] > last_gemm).all()
     # the M GEMM tasks that share filter matrix j (same block of M groups) are adjacent
-    m = min(mp.groups_per_column, graph.layout.num_groups)
+    per_column = min(mp.groups_per_column, graph.layout.num_groups)
     rec = graph.records[order]
     gemm_tickets = np.flatnonzero(types == TaskType.GEMM)
-    col = (rec[gemm_tickets, 1] // m) * graph.layout.gemms_per_group + rec[gemm_tickets, 2]
+    col = (rec[gemm_tickets, 1] // per_column) * graph.layout.gemms_per_group + rec[gemm_tickets, 2]
     for c in np.unique(col):
         t = gemm_tickets[col == c]
         assert t.max() - t.min() == t.size - 1
@@ -119,6 +119,6 @@ def test_bad_mapping_params(kw):
 @pytest.mark.parametrize("kw", [dict(dig=2**31), dict(dgo=2**40), dict(groups_per_column=2**31), dict(dig=True),
                                 dict(dgo="5"), dict(groups_per_column=None)])
 def test_mapping_params_have_int32_bounds(kw):
-    with pytest.raises(ValueError, match=r"mapping parameter (DIG|DGO|M) must be"):
+    with pytest.raises(ValueError, match=r"mapping parameter (DIG|DGO|groups_per_column \(the paper's M\)) must be"):
         MappingParams(**kw)
     MappingParams(dig=2**31 - 1, dgo=0, groups_per_column=2**31 - 1)

@@ -158,6 +158,13 @@ def test_integer_arguments_of_any_integer_type():
     for bad in (True, 1.0, "1"):
         with pytest.raises(ValueError, match="groups"):
             functional.conv_arguments((3, 3), groups=bad)
+    # The rule of every entry point (megawino.core.arguments): bools and floats are not integers,
+    # as NumPy scalars or 0-d tensors either.
+    for bad in (np.bool_(True), np.float32(1), torch.tensor(True), torch.tensor(1.0), torch.tensor([1])):
+        with pytest.raises(ValueError, match="stride must be an integer"):
+            functional.conv_arguments((3, 3), stride=bad)
+    with pytest.raises(ValueError, match="padding must be >= 0, got -1"):
+        functional.conv_arguments((3, 3), 1, (np.int8(-1), -1))
 
 
 def test_padding_same_needs_odd_filter_sizes():

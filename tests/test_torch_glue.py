@@ -59,8 +59,8 @@ class FakeRuntime:
         names = candidate_algos(spec)
         return self.best if self.best in names else names[-1]
 
-    def cached_plan(self, spec, algo, gemm_math, device):
-        return FakePlan(self, spec, algo, gemm_math)
+    def route(self, spec, algo, gemm_math, device, w, weight_token):
+        return FakeRoute(FakePlan(self, spec, algo, gemm_math), w, weight_token)
 
     def choose_fastest(self, key, candidates, handicaps=None):
         self.timed.append((key, tuple(candidates)))
@@ -80,6 +80,23 @@ class FakePlan:
         spec = self.spec
         return self.runtime.conv2d(x, w, spec.stride, spec.padding, self.algo, spec.layout, self.gemm_math,
                                    out, weight_token)
+
+
+class FakeRoute:
+    """A route of the fake runtime: no launcher until ``bind`` is handed one (``launcher``), the
+    plan's ``run`` otherwise."""
+
+    def __init__(self, plan, w, token, launcher=None):
+        self.plan, self.w, self.token, self.launcher = plan, w, token, launcher
+
+    def bound(self):
+        return None
+
+    def bind(self, x):
+        return self.launcher
+
+    def __call__(self, x, out, check=True):
+        return self.plan.run(x, self.w, out, check, self.token)
 
 
 class FakeCupy:
@@ -223,12 +240,11 @@ def fast_glue(fake_gpu, monkeypatch):
     fake_gpu.cupy.cuda.runtime = type("runtime", (), {"setDevice": staticmethod(lambda index: None)})
     fake_gpu.plans = []
 
-    def cached_plan(spec, algo, gemm_math, device):
+    def route(spec, algo, gemm_math, device, w, weight_token):
         plan = FakePlan(fake_gpu, spec, algo, gemm_math)
-        plan.launcher = lambda x, w, token: fake_gpu.launcher
         fake_gpu.plans.append(plan)
-        return plan
-    monkeypatch.setattr(fake_gpu, "cached_plan", cached_plan)
+        return FakeRoute(plan, w, weight_token, fake_gpu.launcher)
+    monkeypatch.setattr(fake_gpu, "route", route)
     fake_gpu.stream = stream
     return fake_gpu
 

@@ -229,7 +229,7 @@ BAD_TABLES = [
      rf"layer '{_KEY}': TaskParams.tiles_per_group must be an integer"),
     ({"layers": {_KEY: _entry(**{"mapping.dig": 2**40})[1]}},
      rf"layer '{_KEY}': mapping parameter DIG must be an integer in 0..2147483647"),
-    ({"layers": {_KEY: _entry(**{"mapping.m": True})[1]}}, rf"layer '{_KEY}': mapping parameter M"),
+    ({"layers": {_KEY: _entry(**{"mapping.m": True})[1]}}, rf"layer '{_KEY}': mapping parameter groups_per_column \(the paper's M\)"),
     ({"layers": {_KEY: _entry(**{"mapping.speed": 1})[1]}}, rf"layer '{_KEY}': 'mapping': unknown key 'speed'"),
     ({"layers": {_KEY: _entry(**{"spec.N": 32})[1]}}, rf"layer '{_KEY}': 'spec' .* is not the key's shape"),
     ({"layers": {_KEY: _entry(**{"spec.N": 64.0})[1]}}, rf"layer '{_KEY}': 'spec': 'N' must be a JSON integer, got 64.0"),

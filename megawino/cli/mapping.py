@@ -20,8 +20,8 @@ STRIP_LINES = 6               # the mapping strip: at most this many lines of th
 def _type_style():
     """(letters, colours) indexed by task type code, from the task-type registry."""
     from ..core import task_types
-    return (task_types.by_code(lambda kind: kind.letter, "?"),
-            task_types.by_code(lambda kind: kind.color, "default"))
+    return (task_types.by_code(lambda type_info: type_info.letter, "?"),
+            task_types.by_code(lambda type_info: type_info.color, "default"))
 
 
 def _add_mapping_options(p: argparse.ArgumentParser) -> None:
@@ -37,9 +37,9 @@ def _add_mapping_options(p: argparse.ArgumentParser) -> None:
                    help="min tickets input -> GEMM (default: the tuned table's, else a heuristic)")
     p.add_argument("--dgo", type=non_negative_int, default=None,
                    help="min tickets GEMM -> output (default: as --dig)")
-    p.add_argument("--m", dest="groups_per_column", metavar="M", type=positive_int, default=None,
-                   help="the paper's M: groups per GEMM column, which share a filter matrix "
-                        "(default: as --dig)")
+    p.add_argument("--groups-per-column", "--m", dest="groups_per_column", metavar="M", type=positive_int,
+                   default=None, help="groups per GEMM column, which share a filter matrix: the paper's M "
+                                      "(the tables' key \"m\"; --m is the same flag) (default: as --dig)")
     p.add_argument("--sequential", action="store_true",
                    help="the sequential mapping (all F, I, G, then O) instead")
 
@@ -117,8 +117,8 @@ def _strip_lines(types, width: int, max_lines: int = STRIP_LINES):
 def _legend() -> Text:
     from ..core import task_types
     text = Text()
-    for kind in task_types.registered():
-        text.append(kind.letter, style=f"bold {kind.color}").append(f" {kind.label}  ")
+    for type_info in task_types.registered():
+        text.append(type_info.letter, style=f"bold {type_info.color}").append(f" {type_info.label}  ")
     return text
 
 

@@ -62,16 +62,16 @@ class TaskGraph:
     def describe_task(self, task: int) -> str:
         rec = self.typed_records[task]
         code, group, index = int(rec["type"]), int(rec["group"]), int(rec["index"])
-        kind = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
-        if kind in ("INPUT", "OUTPUT"):
-            slices = self.layout.input_slices if kind == "INPUT" else self.layout.output_slices
+        type_name = TaskType(code).name if code in TaskType._value2member_map_ else f"type-{code}"
+        if type_name in ("INPUT", "OUTPUT"):
+            slices = self.layout.input_slices if type_name == "INPUT" else self.layout.output_slices
             (t0, t1), (c0, c1) = slices(group, index)
-            return f"{kind} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
-        if kind == "GEMM_OUTPUT":
+            return f"{type_name} g={group} #{index} (tiles {t0}..{t1 - 1}, channels {c0}..{c1 - 1})"
+        if type_name == "GEMM_OUTPUT":
             k0, k1 = self.layout.gemm_k_range(index)
             return f"GEMM_OUTPUT g={group} K block {index} (channels {k0}..{min(k1, self.layout.spec.K) - 1})"
         return {"FILTER": f"FILTER #{index}", "GEMM": f"GEMM g={group} j={index}"}.get(
-            kind, f"{kind} g={group} #{index}")
+            type_name, f"{type_name} g={group} #{index}")
 
     def to_networkx(self) -> nx.DiGraph:
         """Tasks are nodes ``("task", id)``; counters are join nodes ``("counter", i)``
@@ -79,8 +79,8 @@ class TaskGraph:
         graph = nx.DiGraph()
         records = [dict(zip(TASK_RECORD_FIELDS, rec)) for rec in self.records.tolist()]
         for task, rec in enumerate(records):
-            kind = TaskType(rec["type"]) if rec["type"] in TaskType._value2member_map_ else rec["type"]
-            graph.add_node(("task", task), type=kind, group=rec["group"], index=rec["index"])
+            task_type = TaskType(rec["type"]) if rec["type"] in TaskType._value2member_map_ else rec["type"]
+            graph.add_node(("task", task), type=task_type, group=rec["group"], index=rec["index"])
         graph.add_nodes_from(("counter", counter) for counter in range(self.layout.num_counters))
         for task, rec in enumerate(records):
             if rec["signal"] >= 0:

@@ -1,5 +1,6 @@
-"""Checks every plan makes before a launch, and the settings they read, in one place: the GPU is
-there, the arrays are the plan's (shape, dtype, device), the output aliases no input, and inputs
+"""The checks of every launch route (megawino.conv2d, a plan's call, megawino.torch's first call
+of a layer) before anything launches, and the settings they read, in one place: the GPU is
+there, the arrays are the layer's (shape, dtype, device), the output aliases no input, and inputs
 the kernels cannot read as they are (strided or misaligned) are copied."""
 from __future__ import annotations
 
@@ -22,25 +23,25 @@ DEFAULT_WATCHDOG_S = 2.0
 WATCHDOG_RANGE_S = (1e-3, 1e6)
 
 
-def _range_words(kind, minimum, maximum) -> str:
-    number, fmt = ("a whole number", "d") if kind is int else ("a number", "g")
+def _range_words(number_type, minimum, maximum) -> str:
+    number, fmt = ("a whole number", "d") if number_type is int else ("a number", "g")
     if maximum is None:
         return f"{number} >= {minimum:{fmt}}"
     return f"{number} from {minimum:{fmt}} to {maximum:{fmt}}"
 
 
-def env_number(name: str, default, kind=int, minimum=0, maximum=None):
-    """``$name`` as a ``kind`` number within [``minimum``, ``maximum``] (``default`` when unset);
+def env_number(name: str, default, number_type=int, minimum=0, maximum=None):
+    """``$name`` as a ``number_type`` number within [``minimum``, ``maximum``] (``default`` when unset);
     a one-line ValueError naming the variable and the accepted range otherwise."""
     raw = os.environ.get(name)
     if raw is None:
         return default
-    accepted = _range_words(kind, minimum, maximum)
+    accepted = _range_words(number_type, minimum, maximum)
     try:
-        value = kind(raw.strip())
+        value = number_type(raw.strip())
     except ValueError:
         raise ValueError(f"{name} must be {accepted}, got {raw!r}") from None
-    if (kind is float and not math.isfinite(value)) or value < minimum \
+    if (number_type is float and not math.isfinite(value)) or value < minimum \
             or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be {accepted}, got {raw!r}")
     return value
@@ -80,10 +81,10 @@ def check_array(cupy, name: str, arr, shape, device: int) -> None:
     if not isinstance(arr, cupy.ndarray):
         raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
     if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the plan expects {tuple(shape)}")
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, the layer's is {tuple(shape)}")
     check_float32(name, arr)
     if arr.device.id != device:
-        raise ValueError(f"{name} is on device {arr.device.id}, the plan on device {device}")
+        raise ValueError(f"{name} is on device {arr.device.id}, the call runs on device {device}")
 
 
 def kernel_ready(cupy, arr):
@@ -105,17 +106,37 @@ def check_out(cupy, out, shape, device: int, inputs) -> None:
             raise ValueError(f"out overlaps {name}: the output must not alias an input")
 
 
-def prepare_call(spec, device: int, x, w, out):
-    """(x, w, out) ready for a plan's launch: arrays checked against ``spec`` on ``device``, the
-    output allocated when None, inputs copied where the kernels cannot read them as they are."""
-    cupy = cupy_module()
-    current = cupy.cuda.runtime.getDevice()
-    if current != device:
-        raise ValueError(f"this plan was made on device {device}, the current device is {current}")
+def check_call(cupy, spec, device: int, x, w, out) -> None:
+    """The one set of array checks of every launch route (megawino.gpu.route): ``x``, ``w`` and
+    ``out`` (when given) are float32 CuPy arrays of ``spec``'s shapes on ``device``, and ``out``
+    is C-contiguous, 16-byte aligned and aliases neither input."""
     check_array(cupy, "x", x, spec.input_shape, device)
     check_array(cupy, "w", w, spec.weight_shape, device)
     if out is not None:
         check_out(cupy, out, spec.output_shape, device, (("x", x), ("w", w)))
+
+
+def check_options(check, weight_token) -> None:
+    """The call options every launch route takes: ``check`` a bool, ``weight_token`` hashable."""
+    if not isinstance(check, bool):
+        raise ValueError(f"check must be True or False, got {check!r}")
+    if weight_token is not None:
+        try:
+            hash(weight_token)
+        except TypeError:
+            raise ValueError(f"weight_token must be hashable, got {type(weight_token).__name__}") from None
+
+
+def prepare_call(spec, device: int, x, w, out, check: bool = True, weight_token=None):
+    """(x, w, out) ready for a plan's launch: the options pass :func:`check_options`, the plan's
+    device is the current one, the arrays pass :func:`check_call`, the output is allocated when
+    None, inputs are copied where the kernels cannot read them as they are."""
+    check_options(check, weight_token)
+    cupy = cupy_module()
+    current = cupy.cuda.runtime.getDevice()
+    if current != device:
+        raise ValueError(f"this plan was made on device {device}, the current device is {current}")
+    check_call(cupy, spec, device, x, w, out)
     return ready_arrays(spec, x, w, out)
 
 

@@ -36,7 +36,7 @@ def header_text() -> str:
         "",
         "enum TaskType : int {",
     ]
-    lines += [f"  TASK_{kind.name} = {int(kind.code)}," for kind in task_types.registered()]
+    lines += [f"  TASK_{type_info.name} = {int(type_info.code)}," for type_info in task_types.registered()]
     lines += ["};", ""]
     lines += [
         f"constexpr int BLOCK_THREADS = {nvrtc.BLOCK_THREADS};   // threads of every Winograd kernel's block",
@@ -140,12 +140,12 @@ def winograd_lines() -> list[str]:
     return lines
 
 
-def _device_kinds():
-    return [kind for kind in task_types.registered() if kind.on_device]
+def _device_types():
+    return [type_info for type_info in task_types.registered() if type_info.on_device]
 
 
 def _includes() -> list[str]:
-    headers = dict.fromkeys(kind.header for kind in _device_kinds())
+    headers = dict.fromkeys(type_info.header for type_info in _device_types())
     return ['#include "generated_tasks.cuh"', '#include "params.cuh"'] + [f'#include "{h}"' for h in headers]
 
 
@@ -158,7 +158,7 @@ def dispatch_text() -> str:
              "float* y, GemmSmem& smem,",
              "                                         int type, int group, int index) {",
              "  switch (type) {"]
-    lines += [f"    case TASK_{kind.name}: {kind.device_call}; break;" for kind in _device_kinds()]
+    lines += [f"    case TASK_{type_info.name}: {type_info.device_call}; break;" for type_info in _device_types()]
     lines += ["    default: __trap();", "  }", "}", "", "}  // namespace mw", ""]
     return "\n".join(lines)
 
@@ -175,21 +175,21 @@ def nonfused_text() -> str:
              "__device__ __forceinline__ const int* task_record(const Params& p, int first_task, int block) {",
              "  return reinterpret_cast<const int*>(p.records) + static_cast<long long>(first_task + block) * REC_FIELDS;",
              "}", "}  // namespace mw"]
-    for kind in _device_kinds():
-        bounds = "mw::BLOCK_THREADS" + (f", {kind.nonfused_min_blocks}" if kind.nonfused_min_blocks else "")
-        array = (f", {task_types.KERNEL_ARRAYS[kind.kernel_array]} {kind.kernel_array}"
-                 if kind.kernel_array else "")
-        fields = [f"{f} = rec[REC_{f.upper()}]" for f in ("group", "index") if _uses(kind.nonfused_call, f)]
+    for type_info in _device_types():
+        bounds = "mw::BLOCK_THREADS" + (f", {type_info.nonfused_min_blocks}" if type_info.nonfused_min_blocks else "")
+        array = (f", {task_types.KERNEL_ARRAYS[type_info.kernel_array]} {type_info.kernel_array}"
+                 if type_info.kernel_array else "")
+        fields = [f"{f} = rec[REC_{f.upper()}]" for f in ("group", "index") if _uses(type_info.nonfused_call, f)]
         lines += ["", f'extern "C" __global__ void __launch_bounds__({bounds})',
-                  f"{kind.kernel_name}(const mw::Params* __restrict__ params{array}, int first_task) {{",
+                  f"{type_info.kernel_name}(const mw::Params* __restrict__ params{array}, int first_task) {{",
                   "  using namespace mw;"]
-        if kind.nonfused_shared:
-            lines.append(f"  {kind.nonfused_shared}")
+        if type_info.nonfused_shared:
+            lines.append(f"  {type_info.nonfused_shared}")
         lines += ["  const Params& p = *params;",
-                  f"  const int* rec = task_record(p, first_task, {kind.nonfused_block});"]
+                  f"  const int* rec = task_record(p, first_task, {type_info.nonfused_block});"]
         if fields:
             lines.append(f"  const int {', '.join(fields)};")
-        lines += [f"  {kind.nonfused_call};", "}"]
+        lines += [f"  {type_info.nonfused_call};", "}"]
     lines.append("")
     return "\n".join(lines)
 

@@ -43,8 +43,8 @@ KNOWN_GPUS = {
     "a10": ("86", 0.6e12), "a40": ("86", 0.7e12), "l4": ("89", 0.3e12), "l40": ("89", 0.86e12),
     "l40s": ("89", 0.86e12), "b200": ("100", 8.0e12), "gb200": ("100", 8.0e12),
 }
-# Name suffixes that make another GPU of the same chip (other memory, clocks or SM count).
-VARIANT_SUFFIXES = ("pcie", "nvl")
+# Name suffixes of another board of the same chip (other memory, clocks or SM count).
+BOARD_SUFFIXES = ("pcie", "nvl")
 
 
 def gpu_key(device_name: str) -> str:
@@ -55,8 +55,8 @@ def gpu_key(device_name: str) -> str:
     if match:
         key = match.group(1).lower()
         words = re.findall(r"[A-Z0-9]+", upper[match.end():])
-        variant = next((w.lower() for w in words if w.lower() in VARIANT_SUFFIXES), None)
-        return f"{key}-{variant}" if variant else key
+        board = next((w.lower() for w in words if w.lower() in BOARD_SUFFIXES), None)
+        return f"{key}-{board}" if board else key
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "unknown"
 
 

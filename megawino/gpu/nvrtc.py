@@ -1,5 +1,5 @@
 """CuPy access, NVRTC compilation of the Winograd modules (``cuda/megakernel.cu``,
-``cuda/nonfused.cu``) cached per compile-time variant, and their occupancy.
+``cuda/nonfused.cu``) cached per build (compile-time options), and their occupancy.
 
 Nothing here touches CUDA at import time; CuPy is imported on first use.
 """
@@ -16,8 +16,8 @@ from ..core.resources import cuda_dir, source_hash
 from .identity import ARCH_SPECIFIC_TARGETS
 
 BLOCK_THREADS = 256
-KERNEL_KINDS = ("megakernel", "nonfused")     # the Winograd modules
-MODULE_KINDS = KERNEL_KINDS + ("pointwise",)  # every module built from the GEMM tiles
+WINOGRAD_ALGOS = ("megakernel", "nonfused")      # the algos of the Winograd modules
+MODULE_SOURCES = WINOGRAD_ALGOS + ("pointwise",)  # every module built from the GEMM tiles (cuda/<source>.cu)
 # How the batched GEMM multiplies (cuda/gemm.cuh) -> its (MW_GEMM_TF32X3, MW_GEMM_BF16X3) values.
 # "3xtf32": tensor cores, each fp32 operand split into two TF32 parts, fp32 accumulation (the
 # default: fp32-level error, below the FFMA chain's on the suite); "ffma": one FFMA chain per
@@ -73,7 +73,7 @@ def as_cupy(arr, name: str):
 
 
 # ---------------------------------------------------------------------------
-# Compilation (NVRTC via CuPy), cached per variant
+# Compilation (NVRTC via CuPy), cached per build
 # ---------------------------------------------------------------------------
 
 _MODULES: dict = {}
@@ -106,7 +106,7 @@ def define_name(option: str) -> str | None:
 
 def extra_defines() -> tuple[str, ...]:
     """``-D`` options from ``$MEGAWINO_CUDA_DEFINES`` added to every megakernel / non-fused
-    compile: how an opt-in CUDA variant runs under the tests and bench scripts.
+    compile: how an opt-in CUDA build runs under the tests and bench scripts.
     Malformed entries and defines the runtime owns (:func:`owned_defines`) are a ValueError."""
     return check_extra_defines(tuple(os.environ.get(EXTRA_DEFINES_ENV, "").split()))
 
@@ -141,8 +141,8 @@ def _runtime_options(m: int, layout: str, trace: bool, gemm_math: str) -> list[s
 
 @functools.lru_cache(maxsize=1)
 def owned_defines() -> frozenset[str]:
-    """Names of the defines the runtime sets in some variant (of :func:`compile_options`, traced:
-    MW_TRACE is owned even where a variant leaves it undefined), and those the sources set."""
+    """Names of the defines the runtime sets in some build (of :func:`compile_options`, traced:
+    MW_TRACE is owned even where a build leaves it undefined), and those the sources set."""
     names = (define_name(o) for o in _runtime_options(4, "NCHW", True, DEFAULT_GEMM_MATH))
     return frozenset(n for n in names if n is not None) | SOURCE_DEFINES
 
@@ -153,7 +153,7 @@ def compile_options(m: int, layout: str, trace: bool, gemm_math: str = DEFAULT_G
 
 def with_defines(options, extra) -> tuple[str, ...]:
     """``options`` + ``extra``; an entry of ``extra`` that is malformed or defines a name the
-    runtime owns is a ValueError (a variant must not silently change m, the layout, tracing or
+    runtime owns is a ValueError (a build must not silently change m, the layout, tracing or
     the GEMM arithmetic under a plan that was made for other values)."""
     return tuple(options) + check_extra_defines(extra)
 
@@ -169,21 +169,21 @@ def arch_options(compute_capability: str) -> tuple[str, ...]:
     return (f"-arch={target}",) if target else ()
 
 
-def module(kind: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
-    """The compiled RawModule of ``cuda/<kind>.cu`` for one variant, built for the current
+def module(source: str, m: int, layout: str, trace: bool = False, gemm_math: str = DEFAULT_GEMM_MATH):
+    """The compiled RawModule of ``cuda/<source>.cu`` for one build (its compile-time options), built for the current
     device: ``megakernel`` or ``nonfused`` (the Winograd modules), or ``pointwise`` (the 1x1
     GEMM kernels, which read neither m nor the layout)."""
-    if kind not in MODULE_KINDS:
-        raise ValueError(f"kind must be one of {MODULE_KINDS}, got {kind!r}")
-    variant = (kind, int(m), layout, bool(trace and kind == "megakernel"), check_gemm_math(gemm_math),
+    if source not in MODULE_SOURCES:
+        raise ValueError(f"source must be one of {MODULE_SOURCES}, got {source!r}")
+    build = (source, int(m), layout, bool(trace and source == "megakernel"), check_gemm_math(gemm_math),
                source_hash(), extra_defines())    # checked before CuPy is imported
     cupy = cupy_module()
     capability = cupy.cuda.Device().compute_capability
-    key = variant + (capability,)
+    key = build + (capability,)
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
-            code = (cuda_dir() / f"{kind}.cu").read_text()
+            code = (cuda_dir() / f"{source}.cu").read_text()
             options = compile_options(m, layout, key[3], gemm_math) + arch_options(capability)
             mod = cupy.RawModule(code=code, options=options)
             _MODULES[key] = mod

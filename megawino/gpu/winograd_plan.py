@@ -22,10 +22,10 @@ import numpy as np
 
 from ..core import abi, task_types
 from ..tuning import choice as tuning_choice
-from . import identity as gpu_identity, weights, workspace
+from . import identity as gpu_identity, route, weights, workspace
 from .launch import KernelLaunch, Launcher
 from ..schedule.mapping import resolve_order, ring_buffer_groups, without_filter_tasks
-from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, KERNEL_KINDS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
+from .nvrtc import (BLOCK_THREADS, DEFAULT_GEMM_MATH, WINOGRAD_ALGOS, GemmSmemKernel, blocks_per_sm, check_gemm_math,
                     cupy_module, gemm_output_tasks_allowed, module, operand_format)
 from ..core.spec import LayerSpec
 from ..core.task_sizes import build_graph
@@ -38,8 +38,8 @@ from .workspace import WatchdogError, workspace_needs_ring
 _LIVE_PLANS: "weakref.WeakSet" = weakref.WeakSet()
 
 
-class _Variant:
-    """The task records and ticket order of one form of the graph, on the device."""
+class _GraphForm:
+    """Task records and ticket order of the graph, full or without filter tasks, on the device."""
 
     def __init__(self, graph: TaskGraph, order: np.ndarray):
         cupy = cupy_module()
@@ -64,8 +64,8 @@ class Plan:
         if not isinstance(spec, LayerSpec):
             raise ValueError(f"spec must be a LayerSpec, got {type(spec).__name__}")
         spec.require_winograd()
-        if algo not in KERNEL_KINDS:
-            raise ValueError(f"algo must be one of {KERNEL_KINDS}, got {algo!r}")
+        if algo not in WINOGRAD_ALGOS:
+            raise ValueError(f"algo must be one of {WINOGRAD_ALGOS}, got {algo!r}")
         if timeout_s is None:
             timeout_s = default_timeout_s()
         timeout_s = check_timeout_s(timeout_s)
@@ -97,9 +97,9 @@ class Plan:
             self._mega = GemmSmemKernel.winograd(mod, "mw_megakernel", c_stride)
             self.blocks_per_sm = blocks_per_sm(self._mega)
         else:
-            self._kernels = {kind.code: GemmSmemKernel.winograd(mod, kind.kernel_name, c_stride)
-                             if kind.nonfused_gemm_smem else mod.get_function(kind.kernel_name)
-                             for kind in task_types.registered() if kind.on_device}
+            self._kernels = {type_info.code: GemmSmemKernel.winograd(mod, type_info.kernel_name, c_stride)
+                             if type_info.nonfused_gemm_smem else mod.get_function(type_info.kernel_name)
+                             for type_info in task_types.registered() if type_info.on_device}
             self._kernels[TaskType.GEMM_OUTPUT].reserve_gemm_output()
             self.blocks_per_sm = blocks_per_sm(self._kernels[TaskType.GEMM])
         self.workers = sms * max(1, self.blocks_per_sm)
@@ -136,8 +136,8 @@ class Plan:
         self.task_layout = self.graph.layout   # buffers, task counts, counters (spec.layout: NCHW / NHWC)
         # Validate the mapping on the host before anything is allocated or launched.
         self.order = resolve_order(self.graph, mapping)
-        self._full = _Variant(self.graph, self.order)
-        self._prepared = _Variant(*without_filter_tasks(self.graph, self.order))
+        self._full = _GraphForm(self.graph, self.order)
+        self._prepared = _GraphForm(*without_filter_tasks(self.graph, self.order))
         cupy.cuda.get_current_stream().synchronize()   # other streams read these arrays too
         params_bytes = len(abi.PARAM_FIELDS) * 8
         self.pinned = workspace.PinnedArena(64 * params_bytes)
@@ -147,11 +147,11 @@ class Plan:
         self._lock = threading.RLock()
         # Task ids of one type are contiguous: (first id, count) per type.
         self._type_range = {}
-        for kind in task_types.registered():
-            ids = np.flatnonzero(self.graph.types == kind.code)
-            self._type_range[kind.code] = (int(ids[0]) if ids.size else 0, int(ids.size))
+        for type_info in task_types.registered():
+            ids = np.flatnonzero(self.graph.types == type_info.code)
+            self._type_range[type_info.code] = (int(ids[0]) if ids.size else 0, int(ids.size))
             if ids.size and not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
-                raise RuntimeError(f"task ids of type {kind.name} are not contiguous")
+                raise RuntimeError(f"task ids of type {type_info.name} are not contiguous")
         _LIVE_PLANS.add(self)
 
     # ---- buffers -------------------------------------------------------
@@ -181,12 +181,12 @@ class Plan:
     def M(self):
         return self.workspace().M
 
-    def param_values(self, ws: workspace.PlanWorkspace, variant: _Variant, U) -> np.ndarray:
+    def param_values(self, ws: workspace.PlanWorkspace, form: _GraphForm, U) -> np.ndarray:
         spec, lay, par = self.spec, self.task_layout, self.params
         values = {
             "U": U.data.ptr, "V": ws.V.data.ptr, "Mbuf": ws.M.data.ptr,
-            "records": variant.records.data.ptr, "mapping": variant.mapping.data.ptr,
-            "ticket_records": variant.ticket_records.data.ptr,
+            "records": form.records.data.ptr, "mapping": form.mapping.data.ptr,
+            "ticket_records": form.ticket_records.data.ptr,
             "counters": ws.counters.data.ptr, "state": ws.state.data.ptr,
             "trace": ws.trace.data.ptr if ws.trace is not None else 0,
             "N": spec.N, "C": spec.C, "K": spec.K, "H": spec.H, "W": spec.W, "pad": spec.padding,
@@ -201,7 +201,7 @@ class Plan:
             "filter_pairs_per_task": par.filter_pairs_per_task,
             "input_tiles_per_task": par.input_tiles_per_task,
             "output_tiles_per_task": par.output_tiles_per_task,
-            "num_tasks": variant.num_tasks, "num_counters": lay.num_counters,
+            "num_tasks": form.num_tasks, "num_counters": lay.num_counters,
             "timeout_ns": int(round(self.timeout_s * 1e9)),
             "u_transposed": int(self.operand_format == "float32_u_transposed"),
         }
@@ -209,14 +209,15 @@ class Plan:
 
     # ---- running -------------------------------------------------------
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
-        """Launch the layer on the current stream and return ``out`` (allocated when None)
-        without waiting.  ``check``: first raise for an earlier launch of this plan whose
-        watchdog fired (its status already arrived); ``weight_token``: see megawino.gpu.weights."""
-        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+        """Launch the layer through the plan's route (megawino.gpu.route) on the current stream,
+        return ``out`` (allocated when None) without waiting.  ``check``: first raise for a launch
+        whose watchdog fired (its status arrived); ``weight_token``: see megawino.gpu.weights."""
+        x, ready_w, out = prepare_call(self.spec, self.device, x, w, out, check, weight_token)
+        return route.launch(self, x, ready_w, out, check, weight_token, copied_weight=ready_w is not w)
 
     def run(self, x, w, out, check: bool = True, weight_token=None):
-        """The launch of :meth:`__call__` on arrays already checked and made ready
-        (``call_checks.prepare_call``): conv2d's path, which checked them itself."""
+        """One launch on arrays already checked and made ready (``call_checks.prepare_call``), the
+        weight prepared under ``weight_token``: what a route runs until its launcher is bound."""
         with self._lock:
             if check:
                 self._raise_reports(done_only=True)
@@ -235,11 +236,11 @@ class Plan:
                     entry.wait_on(stream)
             # The non-fused kernels index records by task id: they keep the full graph and only
             # skip the filter stage.
-            variant = self._prepared if prepared and self.algo == "megakernel" else self._full
-            pbuf = ws.params(self, variant, U)
+            form = self._prepared if prepared and self.algo == "megakernel" else self._full
+            pbuf = ws.params(self, form, U)
             if self.algo == "megakernel":
-                grid = max(1, min(variant.num_tasks, self.workers))
-                report = self._status.claim(id(ws), capturing, variant.describe)
+                grid = max(1, min(form.num_tasks, self.workers))
+                report = self._status.claim(id(ws), capturing, form.describe)
                 try:
                     self._mega((grid,), (BLOCK_THREADS,), (pbuf, x, w, out, np.uint64(report)))
                 except BaseException:
@@ -247,8 +248,8 @@ class Plan:
                     raise
             else:
                 arrays = {"w": w, "x": x, "y": out}
-                for kind in self._stages(prepared):
-                    self._launch(pbuf, kind.code, arrays.get(kind.kernel_array))
+                for type_info in self._stages(prepared):
+                    self._launch(pbuf, type_info.code, arrays.get(type_info.kernel_array))
             if entry is not None and not entry.ready and not capturing:
                 entry.mark_ready(stream)
         return out
@@ -263,17 +264,17 @@ class Plan:
         stream = workspace.current_stream_ptr()
         with self._lock:
             ws = self._workspace(stream, False)
-            variant = self._prepared if self.algo == "megakernel" else self._full
-            pbuf = ws.params(self, variant, entry.array)
+            form = self._prepared if self.algo == "megakernel" else self._full
+            pbuf = ws.params(self, form, entry.array)
         entry.wait_on(stream)
         keep = (self, ws, pbuf, entry, w)
         if self.algo == "megakernel":
-            grid = max(1, min(variant.num_tasks, self.workers))
+            grid = max(1, min(form.num_tasks, self.workers))
             args = (pbuf, x, w, np.uint64(0), np.uint64(0))   # the output and status slot: per call
 
             def claim(launches):
                 self._raise_reports(done_only=True)
-                report = self._status.claim(id(ws), False, variant.describe)
+                report = self._status.claim(id(ws), False, form.describe)
                 launches[0].set(len(args) - 1, report)
                 return report
 
@@ -285,14 +286,14 @@ class Plan:
                             keep=keep)
         launches, x_slots, out_slots = [], [], []
         arrays = {"w": w, "x": x, "y": np.uint64(0)}
-        for kind in self._stages(prepared=True):
-            stage = self._stage_launch(pbuf, kind.code, arrays.get(kind.kernel_array))
+        for type_info in self._stages(prepared=True):
+            stage = self._stage_launch(pbuf, type_info.code, arrays.get(type_info.kernel_array))
             if stage is None:
                 continue
-            slots = {"x": x_slots, "y": out_slots}.get(kind.kernel_array)
+            slots = {"x": x_slots, "y": out_slots}.get(type_info.kernel_array)
             if slots is not None:
                 slots.append((len(launches), 1))
-            launches.append(KernelLaunch(self._kernels[kind.code], *stage, stream))
+            launches.append(KernelLaunch(self._kernels[type_info.code], *stage, stream))
         return Launcher(launches, x_slots, out_slots, keep=keep)
 
     def _weight_key(self, weight_token):
@@ -302,8 +303,8 @@ class Plan:
     def _stages(prepared: bool):
         """The task types the non-fused path launches, in order (the filter stage skipped when
         U is prepared)."""
-        return [kind for kind in task_types.registered()
-                if kind.on_device and not (prepared and kind.code == TaskType.FILTER)]
+        return [type_info for type_info in task_types.registered()
+                if type_info.on_device and not (prepared and type_info.code == TaskType.FILTER)]
 
     def _stage_launch(self, pbuf, task_type: int, array=None):
         """(grid, block, arguments) of one non-fused stage's kernel (one block per task), or None

@@ -171,11 +171,11 @@ class PlanWorkspace:
         for values, device in self._params.values():
             self.pinned.upload(device, values)
 
-    def params(self, plan, variant, U):
-        key = (id(variant), U.data.ptr)
+    def params(self, plan, form, U):
+        key = (id(form), U.data.ptr)
         found = self._params.get(key)
         if found is None:
-            values = plan.param_values(self, variant, U)
+            values = plan.param_values(self, form, U)
             device = alloc(values.shape, values.dtype)
             self.pinned.upload(device, values)
             found = self._params[key] = (values, device)

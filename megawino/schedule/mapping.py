@@ -3,7 +3,8 @@
 ``interleaved_mapping`` follows Algorithm 1: filter tasks first, then DIG input
 tasks, then GEMM *columns* (the M GEMM tasks of M consecutive groups that share
 filter matrix j) each preceded by about M*S_I/S_G input tasks and followed by
-about M*S_O/S_G output tasks.  The paper's warm-up (no output tasks for the
+about M*S_O/S_G output tasks (the paper's M is ``MappingParams.groups_per_column`` here; ``m``
+is the Winograd tile size F(m x m, 3x3) everywhere in code).  The paper's warm-up (no output tasks for the
 first DGO tickets) and its tail fall out of two rules applied at every step:
 
 * a GEMM column is placed only once the last input task of its groups is at
@@ -46,7 +47,7 @@ class MappingParams:
     def __post_init__(self):
         _non_negative("DIG", self.dig)
         _non_negative("DGO", self.dgo)
-        _positive_int("mapping parameter M", self.groups_per_column)
+        _positive_int("mapping parameter groups_per_column (the paper's M)", self.groups_per_column)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Mapping:
     """A ticket order plus how it was made (``relaxed``: tasks placed below their distance)."""
 
     order: np.ndarray      # int32 [num_tasks]: ticket -> task id
-    kind: str              # "interleaved" or "sequential"
+    pattern: str           # "interleaved" or "sequential"
     params: MappingParams | None = None
     relaxed: int = 0
 
@@ -74,7 +75,7 @@ def build_interleaved(graph: TaskGraph, params: MappingParams) -> Mapping:
     layout = graph.layout
     groups = layout.num_groups
     s_i, s_g, s_o = layout.inputs_per_group, layout.gemms_per_group, layout.outputs_per_group
-    m = min(params.groups_per_column, groups)     # the paper's M
+    per_column = min(params.groups_per_column, groups)     # the paper's M
     ids = {t: graph.ids_of(t) for t in TaskType}
     inputs = ids[TaskType.INPUT].reshape(groups, s_i)
     gemms = ids[layout.product_type].reshape(groups, s_g)   # GEMM or GEMM_OUTPUT tasks
@@ -115,13 +116,13 @@ def build_interleaved(graph: TaskGraph, params: MappingParams) -> Mapping:
     for _ in range(min(params.dig, flat_inputs.size)):
         place_input()
 
-    # GEMM columns in order: block of m groups, then j.
-    columns = [(g0, j) for g0 in range(0, groups, m) for j in range(s_g)]
-    input_share = m * s_i / s_g
-    output_share = m * s_o / s_g
+    # GEMM columns in order: block of per_column groups, then j.
+    columns = [(g0, j) for g0 in range(0, groups, per_column) for j in range(s_g)]
+    input_share = per_column * s_i / s_g
+    output_share = per_column * s_o / s_g
     input_credit = output_credit = 0.0
     for g0, j in columns:
-        block = range(g0, min(g0 + m, groups))
+        block = range(g0, min(g0 + per_column, groups))
         input_credit += input_share
         while input_credit >= 1 and next_input < flat_inputs.size:
             place_input()
@@ -160,7 +161,7 @@ class MappingError(ValueError):
 
 def sequential_equivalent(graph: TaskGraph) -> MappingParams | None:
     """Interleaving parameters whose order is exactly :func:`sequential_mapping`'s (DIG and DGO
-    past the last ticket, M = 1: every GEMM waits behind all inputs and every output behind all
+    past the last ticket, groups_per_column 1: every GEMM waits behind all inputs and every output behind all
     GEMMs), or None if they do not reproduce it.  This lets a tuned table, which stores
     MappingParams, hold the sequential order when that is the fastest one."""
     params = MappingParams(graph.num_tasks, graph.num_tasks, 1)

@@ -165,12 +165,12 @@ class Timeline:
         return {t: float(wait[self.type == t].sum()) for t in task_types.codes().tolist()}
 
     def describe(self, ticket: int) -> str:
-        kind = task_types.info(int(self.type[ticket]))
+        type_info = task_types.info(int(self.type[ticket]))
         if self.group is None or self.index is None:
-            return f"{kind.name} task {int(self.task[ticket])}"
-        if kind.code == TaskType.FILTER:
+            return f"{type_info.name} task {int(self.task[ticket])}"
+        if type_info.code == TaskType.FILTER:
             return f"FILTER #{int(self.index[ticket])}"
-        return f"{kind.name} g={int(self.group[ticket])} {kind.index_label}={int(self.index[ticket])}"
+        return f"{type_info.name} g={int(self.group[ticket])} {type_info.index_label}={int(self.index[ticket])}"
 
     def worker_names(self, short: bool = False) -> list[str]:
         """'SM 12 slot 1' where the SM is known, else 'worker 7' (short: 'SM12.1', 'w7')."""
@@ -194,10 +194,10 @@ class Timeline:
         ``task_types.registered()[i]``) per time bin."""
         edges = self._edges(bins)
         width = edges[1] - edges[0]
-        kinds = task_types.registered()
-        out = np.zeros((bins, len(kinds)))
-        for i, kind in enumerate(kinds):
-            sel = self.type == kind.code
+        type_infos = task_types.registered()
+        out = np.zeros((bins, len(type_infos)))
+        for i, type_info in enumerate(type_infos):
+            sel = self.type == type_info.code
             out[:, i] = _occupancy(self.start[sel], self.end[sel], edges) / width
         return out
 
@@ -273,8 +273,8 @@ class Timeline:
 def _legend():
     from rich.text import Text
     text = Text()
-    for kind in task_types.registered():
-        text.append(kind.letter, style=f"bold {kind.color}").append(f" {kind.label}  ")
+    for type_info in task_types.registered():
+        text.append(type_info.letter, style=f"bold {type_info.color}").append(f" {type_info.label}  ")
     text.append("·", style="dim").append(" wait  ").append("space idle")
     return text
 
@@ -284,7 +284,8 @@ def _strip(tl: Timeline, bins: int):
     running, waiting = tl.running_counts(bins), tl.waiting_counts(bins)
     peak = max(float(running.max()), float(waiting.max()), _EPS)
     rows = []
-    series = [(kind.name[:6], kind.color, running[:, i]) for i, kind in enumerate(task_types.registered())]
+    series = [(type_info.name[:6], type_info.color, running[:, i])
+              for i, type_info in enumerate(task_types.registered())]
     series.append(("wait", "dim", waiting))
     for name, color, values in series:
         levels = np.clip(np.ceil(values / peak * 8), 0, 8).astype(int)
@@ -304,11 +305,11 @@ def _lanes(tl: Timeline, bins: int, lanes: int):
     names = tl.worker_names(short=True)
     chosen = np.unique(np.round(np.linspace(0, tl.num_workers - 1, min(lanes, tl.num_workers))).astype(int))
     rows = []
-    kinds = task_types.registered()
+    type_infos = task_types.registered()
     for w in chosen.tolist():
         mine = tl.worker == w
         occ = [_occupancy(tl.start[mine & (tl.type == k.code)], tl.end[mine & (tl.type == k.code)], edges)
-               for k in kinds]
+               for k in type_infos]
         occ.append(_occupancy(tl.fetch[mine], tl.start[mine], edges))
         occ = np.stack(occ, axis=1) / width            # [bins][types + 1]: share of each bin
         row = Text(f"{names[w][:7]:<8}")
@@ -317,7 +318,7 @@ def _lanes(tl: Timeline, bins: int, lanes: int):
                 row.append(" ")
             else:
                 k = int(np.argmax(occ[b]))
-                row.append(*(("·", "dim") if k == len(kinds) else (kinds[k].letter, kinds[k].color)))
+                row.append(*(("·", "dim") if k == len(type_infos) else (type_infos[k].letter, type_infos[k].color)))
         rows.append(row)
     return rows, len(chosen)
 
@@ -346,11 +347,11 @@ def render(timeline: Timeline, width: int = 80, lanes: int = 16):
     table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
     for col in ("type", "tasks", "busy share", "busy us", "wait us", "mean wait"):
         table.add_column(col, justify="left" if col == "type" else "right")
-    for kind in task_types.registered():
-        n = s["tasks"][kind.name]
-        wait = s["wait_by_type_us"][kind.name]
-        table.add_row(Text(kind.name, style=kind.color), str(n), f"{s['busy_share'][kind.name]:.1%}",
-                      f"{s['busy_us'][kind.name]:.1f}", f"{wait:.1f}", f"{wait / n:.2f}" if n else "-")
+    for type_info in task_types.registered():
+        n = s["tasks"][type_info.name]
+        wait = s["wait_by_type_us"][type_info.name]
+        table.add_row(Text(type_info.name, style=type_info.color), str(n), f"{s['busy_share'][type_info.name]:.1%}",
+                      f"{s['busy_us'][type_info.name]:.1f}", f"{wait:.1f}", f"{wait / n:.2f}" if n else "-")
     return Group(
         Panel(Group(*strip), title=f"running tasks by type: {title}", title_align="left",
               subtitle=f"shade = avg running / {peak:.1f}", width=width),

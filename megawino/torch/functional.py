@@ -7,14 +7,13 @@ before anything compiles, allocates or launches.
 """
 from __future__ import annotations
 
-import operator
 import warnings
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from ..core.arguments import pair_argument
+from ..core.arguments import integer_argument, pair_argument
 from ..gpu.nvrtc import DEFAULT_GEMM_MATH, check_gemm_math
 from .gpu import MEGAWINO_ALGOS, is_channels_last, run_gpu, weight_token, weights_changed
 from .routing import PYTORCH_REASONS, traced_conv2d, tracing
@@ -41,14 +40,16 @@ class ConvArguments(NamedTuple):
     padding: int | tuple[int, int]
 
 
-def _integer(value, name: str) -> int:
-    """``value`` as an int (Python, NumPy or 0-d tensor integers; not bools)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+def _integer(value):
+    """A 0-d integer tensor as the int it holds (torch takes those); anything else as it is, for
+    the rule of every entry point (megawino.core.arguments: Python and NumPy integers, not bools
+    or floats) to judge."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype in _INTEGER_DTYPES:
+        return int(value.item())
+    return value
+
+
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def _pair_argument(value, name: str, minimum: int):
@@ -56,7 +57,7 @@ def _pair_argument(value, name: str, minimum: int):
     items = tuple(value) if isinstance(value, (tuple, list, torch.Size)) else (value,)
     if len(items) not in (1, 2):
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return pair_argument(name, tuple(_integer(v, name) for v in items), minimum)
+    return pair_argument(name, tuple(_integer(v) for v in items), minimum)
 
 
 def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> ConvArguments:
@@ -66,7 +67,7 @@ def conv_arguments(kernel_size, stride=1, padding=0, dilation=1, groups=1) -> Co
     r, s = (int(v) for v in kernel_size)
     if _pair_argument(dilation, "dilation", 1) != 1:
         raise ValueError(f"dilation={dilation!r}: megawino runs dilation 1 only")
-    if _integer(groups, "groups") != 1:
+    if integer_argument("groups", _integer(groups), 1) != 1:
         raise ValueError(f"groups={groups!r}: megawino runs groups=1 only (no grouped or depthwise convolution)")
     stride = _pair_argument(stride, "stride", 1)
     if isinstance(padding, str):

@@ -186,12 +186,16 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
                            gemm_math=gemm_math, out=_cupy_view(cupy, out_view, dev), weight_token=token)
             layer.checked.add((name, dev))
             return out
-        # Later calls: arrays of the checked shapes and dtype, a fresh output, aligned input.
-        plan = runtime.cached_plan(layer.spec, name, gemm_math, dev)
-        if name == "pointwise" and not channels_last:
-            plan.run_pointers(x.data_ptr(), w_view.data.ptr, out.data_ptr())
+        # Later calls: arrays of the checked shapes and dtype, a fresh output, aligned input, on
+        # the route of runtime.conv2d (its launcher once bound: pointers only).
+        route = runtime.route(layer.spec, name, gemm_math, dev, w_view, token)
+        launcher = route.bound()
+        if launcher is not None:
+            launcher.launch(x.data_ptr(), out.data_ptr())
+        elif name == "pointwise" and not channels_last and token is None:
+            route.plan.run_pointers(x.data_ptr(), w_view.data.ptr, out.data_ptr())
         else:
-            plan.run(_cupy_view(cupy, x_view, dev), w_view, _cupy_view(cupy, out_view, dev), True, token)
+            route(_cupy_view(cupy, x_view, dev), _cupy_view(cupy, out_view, dev))
         return out
 
     with cupy.cuda.Device(dev), stream:
@@ -320,10 +324,10 @@ def fast_call(x, weight, stride: int, padding: int, algo: str, gemm_math: str) -
     cupy, runtime = _gpu()
     handle = _RAW_STREAM(dev)
     with cupy.cuda.Device(dev), _cupy_stream(cupy, handle, dev):
-        plan = runtime.cached_plan(layer.spec, algo, gemm_math, dev)
+        # The launcher of the route runtime.conv2d and the later full calls use (one binding).
+        route = runtime.route(layer.spec, algo, gemm_math, dev, _weight_view(cupy, weight, token, dev, handle), token)
         x_view = x.permute(0, 2, 3, 1) if channels_last else x
-        launcher = plan.launcher(_cupy_view(cupy, x_view, dev), _weight_view(cupy, weight, token, dev, handle),
-                                 token)
+        launcher = route.bind(_cupy_view(cupy, x_view, dev))
     if launcher is None:
         return None
     out_shape = (n, k, layer.spec.out_h, layer.spec.out_w)

@@ -96,8 +96,8 @@ def rank_by_simulation(spec: LayerSpec, model: CostModel, workers: int, top: int
                 sims.append({"params": cand["params"], "mapping": mp,
                              "predicted_us": predict(cand["params"], mp)})
         extra += sorted(sims, key=lambda r: r["predicted_us"])[:2]
-    # M = 1 (one group at a time through the GEMMs) for the best task size is always
-    # measured: with few groups, M > 1 leaves a tail of output transforms after the last
+    # groups_per_column = 1 (one group at a time through the GEMMs) for the best task size is
+    # always measured: with few groups, more leaves a tail of output transforms after the last
     # GEMM that the simulator underestimates.
     one = dataclasses.replace(base[0]["mapping"], groups_per_column=1)
     if all(c["mapping"] != one or c["params"] != base[0]["params"] for c in base + extra):

@@ -39,7 +39,7 @@ TRANSFORM_PAIRS_PER_TASK = 4096
 def mapping_waves(workers: int) -> tuple[int, ...]:
     """The candidates' DIG and DGO: fractions and multiples of a wave of resident blocks (4 and 8
     waves hold outputs back until most GEMMs are through, which suits layers with short transform
-    tasks); their M runs from no filter reuse to 8."""
+    tasks); their groups_per_column runs from no filter reuse to 8."""
     return (workers // 4, workers, 2 * workers, 4 * workers, 8 * workers)
 
 

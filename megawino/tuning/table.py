@@ -39,7 +39,8 @@ ENTRY_FIELDS = {
     "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
 }
 SPEC_FIELDS = ("N", "C", "K", "H", "W")
-# A table entry's "mapping" keys are the paper's names (DIG, DGO, M); MappingParams spells M out.
+# A table entry's "mapping" keys are the paper's names (DIG, DGO, M as "m"); MappingParams spells
+# M out as groups_per_column (m is the Winograd tile size in code).
 MAPPING_KEYS = {"dig": "dig", "dgo": "dgo", "m": "groups_per_column"}
 MAPPING_FIELDS = tuple(MAPPING_KEYS)
 PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(TaskParams))
@@ -77,11 +78,11 @@ JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", float: "number"
 JSON_INT_MAX = 2**31 - 1
 
 
-def json_value_ok(value, kind) -> bool:
-    """Whether ``value`` (parsed JSON) is of schema type ``kind``; a bool is no number."""
-    if kind in (int, float) and isinstance(value, bool):
+def json_value_ok(value, json_type) -> bool:
+    """Whether ``value`` (parsed JSON) is of schema type ``json_type``; a bool is no number."""
+    if json_type in (int, float) and isinstance(value, bool):
         return False
-    return isinstance(value, (int, float) if kind is float else kind)
+    return isinstance(value, (int, float) if json_type is float else json_type)
 
 
 def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
@@ -97,15 +98,16 @@ def check_object(obj, fields: dict, required, what: str, nullable=()) -> None:
     if missing:
         raise ValueError(f"{what}: missing {missing[0]!r}")
     for key, value in obj.items():
-        kind = fields[key]
-        if kind is None or (value is None and key in nullable):
+        json_type = fields[key]
+        if json_type is None or (value is None and key in nullable):
             continue
-        if not json_value_ok(value, kind):
-            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[kind]}, got {value!r:.40}")
+        if not json_value_ok(value, json_type):
+            raise ValueError(f"{what}: {key!r} must be a JSON {JSON_TYPE_NAMES[json_type]}, got {value!r:.40}")
         # and one the runtime can use: a finite number, an integer within int32
-        if not (math.isfinite(value) if kind is float else kind is not int or abs(value) <= JSON_INT_MAX):
-            raise ValueError(f"{what}: {key!r} must be a {'finite ' if kind is float else ''}JSON "
-                             f"{JSON_TYPE_NAMES[kind]}{' within int32' if kind is int else ''}, got {value!r:.40}")
+        if not (math.isfinite(value) if json_type is float else json_type is not int or abs(value) <= JSON_INT_MAX):
+            raise ValueError(f"{what}: {key!r} must be a {'finite ' if json_type is float else ''}JSON "
+                             f"{JSON_TYPE_NAMES[json_type]}{' within int32' if json_type is int else ''}, "
+                             f"got {value!r:.40}")
 
 
 def mapping_from_entry(obj: dict) -> MappingParams:
