@@ -271,7 +271,7 @@ def _spills(cfg: DirectConfig, nhwc: bool, flush: int = 0) -> int:
 def resource_ok(cfg: DirectConfig, nhwc: bool = False, hw: Hardware = H100,
                 regs: int | None = None, flush: int = 0) -> bool:
     """Threads, registers, shared memory within the limits; no register spills
-    (ptxas report of this config, layout and flush variant)."""
+    (ptxas report of this config, layout and flush build)."""
     if not structural_ok(cfg, nhwc):
         return False
     t = cfg.threads

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.abi import DIRECT_KERNEL_ARGS
-from ..gpu import weights, workspace
+from ..gpu import route, weights, workspace
 from ..gpu.launch import KernelLaunch, Launcher
 from ..gpu.nvrtc import cupy_module
 from ..gpu.call_checks import prepare_call, require_gpu
@@ -51,7 +51,9 @@ class KernelPlan:
     evicted = False              # dropped from the runtime's plan cache
 
     def __call__(self, x, w, out=None, check: bool = True, weight_token=None):
-        return self.run(*prepare_call(self.spec, self.device, x, w, out), check, weight_token)
+        """Launch through the plan's route (megawino.gpu.route), as a Winograd plan's call does."""
+        x, ready_w, out = prepare_call(self.spec, self.device, x, w, out, check, weight_token)
+        return route.launch(self, x, ready_w, out, check, weight_token, copied_weight=ready_w is not w)
 
     def check(self) -> None:
         if workspace.is_capturing():
