@@ -39,10 +39,25 @@ def zoo_names() -> list[str]:
 
 
 def build_torchvision(name: str):
-    """``name`` with random weights, as built (train mode)."""
+    """``name`` with random weights, as built (train mode), zero-initialised layers made random."""
     import torchvision
     kwargs = {"init_weights": True} if name in ("googlenet", "inception_v3") else {}
-    return torchvision.models.get_model(name, weights=None, **kwargs)
+    return randomize_zero_weights(torchvision.models.get_model(name, weights=None, **kwargs))
+
+
+def randomize_zero_weights(model):
+    """``model`` with every all-zero weight of a linear or convolution layer drawn from N(0, 0.02^2):
+    some models start their classifier at zero (the ViTs), which makes every output 0 and leaves
+    nothing to compare against float64 or to rank for top-1."""
+    import torch
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)) and weight is not None \
+                    and not weight.any():
+                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.02)
+    return model
 
 
 def reason_kind(reason: str) -> str:

