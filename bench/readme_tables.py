@@ -1,9 +1,11 @@
 """Render the README's result tables from the committed result files, so no figure is typed by
 hand: the suite status (``bench/results/<gpu>/compare.json`` of bench/compare.py) and the whole
-models (``bench/results/<gpu>/models.json`` of bench/models.py).
+models (``bench/results/<gpu>/models.json`` of bench/models.py) and the torchvision model zoo by
+family (``bench/results/<gpu>/models-zoo.json`` of bench/models.py --zoo).
 
     python3 bench/readme_tables.py status [--gpu h100] [PATH]
     python3 bench/readme_tables.py models [--gpu h100] [PATH]
+    python3 bench/readme_tables.py zoo [--gpu h200] [PATH]
     python3 bench/readme_tables.py status --gpu h200 --readme   # rewrite README.md's table in place
 
 ``--readme`` replaces the lines between ``<!-- readme_tables TABLE GPU -->`` (any GPU) and
@@ -96,6 +98,50 @@ def models_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def zoo_table(data: dict) -> str:
+    """One row per model family (the name's leading letters): how many layers megawino took and
+    why others were left alone, the worst error against float64, top-1 and the geomean speeds."""
+    families: dict[str, list[dict]] = {}
+    for row in data["rows"]:
+        families.setdefault(re.match(r"[a-z]+", row["model"]).group(0), []).append(row)
+    lines = ["| family | models | failed | conv layers: converted / on megawino | left alone (why) "
+             "| max rel. L2 vs float64: megawino (PyTorch fp32) | top-1 | ×fp32 | graph ×fp32 | graph ×TF32 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for family, rows in sorted(families.items()):
+        ran = [r for r in rows if "error" not in r]
+        reasons: dict[str, int] = {}
+        for r in ran:
+            for why, count in r.get("left_alone_reasons", {}).items():
+                reasons[why] = reasons.get(why, 0) + count
+        why = "; ".join(f"{count}: {text}" for text, count in reasons.items()) or "none"
+        err = max((r["rel_l2"]["megawino"] for r in ran), default=None)
+        fp32 = max((r["rel_l2"]["pytorch_fp32"] for r in ran), default=None)
+        top1 = min((r["top1"]["megawino"] for r in ran if r.get("top1")), default=None)
+        lines.append(f"| {family} | {len(rows)} | {len(rows) - len(ran)} "
+                     f"| {sum(r['replaced'] for r in ran)} / {sum(r['on_megawino'] for r in ran)} | {why} "
+                     f"| {_optional(err, '.1e')} ({_optional(fp32, '.1e')}) "
+                     f"| {MISSING if top1 is None else f'{top1 * 100:.0f}%'} "
+                     f"| {_optional(_geomean(r.get('speedup_vs_fp32') for r in ran), '.2f')} "
+                     f"| {_optional(_geomean(r.get('graph_speedup_vs_fp32') for r in ran), '.2f')} "
+                     f"| {_optional(_geomean(r.get('graph_speedup_vs_tf32') for r in ran), '.2f')} |")
+    ran = [r for r in data["rows"] if "error" not in r]
+    lines.append(f"\n{len(data['rows'])} models, {len(data.get('failed', []))} failed, batch {data['batch']} "
+                 f"({data.get('gpu', '')}, torch {data.get('torch', '')}); errors within 1.5x of PyTorch fp32's or "
+                 f"3e-6 on {sum(bool(r.get('error_within_bar')) for r in ran)} of {len(ran)}; geomean ×fp32 "
+                 f"{_optional(_geomean(r.get('speedup_vs_fp32') for r in ran), '.2f')} eager, "
+                 f"{_optional(_geomean(r.get('graph_speedup_vs_fp32') for r in ran), '.2f')} as CUDA graphs.")
+    return "\n".join(lines)
+
+
+RENDER = {"status": ("compare.json", status_table), "models": ("models.json", models_table),
+          "zoo": ("models-zoo.json", zoo_table)}
+
+
 def replace_in_readme(text: str, table: str, gpu: str, rendered: str) -> str:
     """README text with the block of ``table`` replaced by ``rendered`` (ValueError: no block)."""
     pattern = re.compile(rf"<!-- readme_tables {table} \S+ -->\n.*?<!-- /readme_tables -->", re.S)
@@ -107,14 +153,14 @@ def replace_in_readme(text: str, table: str, gpu: str, rendered: str) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("table", choices=("status", "models"))
+    parser.add_argument("table", choices=tuple(RENDER))
     parser.add_argument("path", nargs="?", help="results file (default: the GPU's committed one)")
     parser.add_argument("--gpu", default="h100", help="the folder of bench/results/ to read (default h100)")
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args(argv)
-    default = RESULTS / args.gpu / ("compare.json" if args.table == "status" else "models.json")
-    data = json.loads(Path(args.path or default).read_text())
-    rendered = status_table(data) if args.table == "status" else models_table(data)
+    file_name, render = RENDER[args.table]
+    data = json.loads(Path(args.path or RESULTS / args.gpu / file_name).read_text())
+    rendered = render(data)
     if args.readme:
         README.write_text(replace_in_readme(README.read_text(), args.table, args.gpu, rendered))
         print(f"wrote the {args.table} table into {README}")

@@ -205,12 +205,10 @@ def test_readme_tables_are_the_committed_results():
     files their markers name (no figure typed by hand)."""
     readme = (REPO / "README.md").read_text()
     blocks = re.findall(r"<!-- readme_tables (\w+) (\S+) -->\n(.*?)\n<!-- /readme_tables -->", readme, re.S)
-    assert {table for table, _, _ in blocks} == {"status", "models"}
+    assert {table for table, _, _ in blocks} == {"status", "zoo"}      # layers and models
     for table, gpu, text in blocks:
-        path = BENCH / "results" / gpu / ("compare.json" if table == "status" else "models.json")
-        data = json.loads(path.read_text())
-        rendered = readme_tables.status_table(data) if table == "status" else readme_tables.models_table(data)
-        assert text == rendered, (table, gpu)
+        file_name, render = readme_tables.RENDER[table]
+        assert text == render(json.loads((BENCH / "results" / gpu / file_name).read_text())), (table, gpu)
 
 
 # ---- what the repository holds ------------------------------------------------------
