@@ -1,4 +1,4 @@
-"""Shared by the CPU fuzz (tests/test_fuzz.py) and the GPU fuzz (tests/test_gpu_reliability.py):
+"""Shared by the CPU fuzz (tests/cpu/test_fuzz.py) and the GPU fuzz (tests/gpu/test_gpu_reliability.py):
 random small layers with random valid task sizes, random topological ticket orders, and the
 per-element float32 error bound the outputs are held to."""
 from __future__ import annotations

@@ -24,7 +24,7 @@ R = 3  # Winograd here is always for 3x3 filters
 
 # Point sets for F(4x4,3x3).  Which one is the default is decided by measured
 # float32 error (``compare_point_sets``; numbers in README.md, "Winograd points") and
-# checked by tests/test_winograd.py::test_default_points_are_the_more_accurate.
+# checked by tests/core/test_winograd.py::test_default_points_are_the_more_accurate.
 POINTS_F4_CLASSIC = (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2))
 POINTS_F4_HALF = (Fraction(0), Fraction(1), Fraction(-1), Fraction(1, 2), Fraction(-2))
 POINTS_F2 = (Fraction(0), Fraction(1), Fraction(-1))

@@ -2,7 +2,7 @@
 out exactly like the GPU buffers, each task touching only its own slices.
 
 It proves the task decomposition on machines without a GPU, and its buffers are
-diffed against the GPU's (tests/test_gpu.py) task type by task type.
+diffed against the GPU's (tests/gpu/test_gpu.py) task type by task type.
 :func:`conv2d_cpu` is the public CPU entry point (``megawino.conv2d_cpu``); it runs
 large batches a batch of images at a time, and large images in bands of output rows, so its
 buffers stay within a memory budget.

@@ -8,7 +8,7 @@
 * ``generated_direct.cuh``: the direct kernel's entry point (its argument order, abi.py).
 
 The headers are committed (so ``nvcc`` can build ``cuda/*.cu`` on its own) and
-``tests/test_registry.py`` fails when one is stale.  Regenerate with ``python -m megawino.gpu.codegen``.
+``tests/core/test_registry.py`` fails when one is stale.  Regenerate with ``python -m megawino.gpu.codegen``.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "megawino"
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "megawino"
 MAX_MODULE_LINES = 400
 
 # The layers, lowest first (docs/design.md, "Packages"): a module may import modules of its own

@@ -1,7 +1,7 @@
 """GPU: every size-1 dimension (N, C, K, H, W and the partial tiles they cause) on every path that
 claims the layer (megakernel, non-fused, direct, pointwise), and stride / padding pairs and
 non-square filters on the direct path, through megawino.conv2d and megawino.torch, against the
-float64 reference with NaN-poisoned outputs (tests/test_shape_edges.py runs the CPU paths)."""
+float64 reference with NaN-poisoned outputs (tests/cpu/test_shape_edges.py runs the CPU paths)."""
 from __future__ import annotations
 
 import copy

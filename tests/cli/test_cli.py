@@ -24,7 +24,7 @@ from megawino.core.task_sizes import build_graph, default_params
 from megawino.core.tasks import TaskType
 from megawino.core.winograd import direct_conv_nchw, rel_l2
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run(argv):

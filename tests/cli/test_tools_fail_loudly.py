@@ -13,7 +13,7 @@ from megawino.core import user_files
 from megawino.core.spec import LayerSpec
 from megawino.tuning import direct as direct_tuner
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 POINTWISE = LayerSpec(8, 64, 64, 28, 28, 1, 1, padding=0)
 
 # A finder that makes `import cupy` fail, as on a machine without CuPy (or a GPU).

@@ -23,7 +23,7 @@ from megawino.cli import main
 from megawino.core.spec import LayerSpec
 from megawino.core.winograd import direct_conv_nchw, rel_l2
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # A sys.meta_path finder that makes `import cupy` (and its helper packages) fail as on a
 # machine where CuPy is not installed, whether or not it is installed here.

@@ -17,7 +17,7 @@ import torch.nn.functional as F  # noqa: E402
 import megawino.torch as mwt  # noqa: E402
 from torch_support import randn, reference, rel_l2  # noqa: E402
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture

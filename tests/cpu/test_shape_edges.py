@@ -3,7 +3,7 @@ stride / padding pairs on every path that runs without a GPU: the CPU executor (
 list the megakernel and the non-fused kernels run), the direct kernel's emulation (its exact index
 math, with poisoned outputs and a check that every output is written once), the direct plan's
 filter packing, the plans' host-side construction, and megawino.torch on the CPU backend.
-Outputs are held against the float64 reference; tests/test_gpu_shape_edges.py runs the same
+Outputs are held against the float64 reference; tests/gpu/test_gpu_shape_edges.py runs the same
 shapes on the GPU paths."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """megawino.torch on the CPU backend at every size-1 dimension (one image, one input or output
 channel, a 1x1 image, an unbatched input, channels_last) and with the stride / padding pairs of
-Inception-style layers, against float64 torch; tests/test_gpu_shape_edges.py runs them on the GPU."""
+Inception-style layers, against float64 torch; tests/gpu/test_gpu_shape_edges.py runs them on the GPU."""
 import pytest
 
 torch = pytest.importorskip("torch")

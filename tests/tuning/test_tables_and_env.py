@@ -24,7 +24,7 @@ from megawino.gpu import call_checks, weights
 from megawino.schedule.mapping import build_interleaved, ring_buffer_groups
 from megawino.tuning import table as tuning
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SHIPPED = json.loads((REPO / "mapping" / "h100.json").read_text())
 KEY = "n64c64k64h56w56"
 

@@ -20,7 +20,7 @@ from megawino.core.spec import LayerSpec
 from megawino.core.winograd import direct_conv_nchw, rel_l2
 from megawino.cpu import executor
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 
 # A fresh process runs conv2d_cpu with the arithmetic of each task skipped (the buffers are
