@@ -118,7 +118,9 @@ def zoo_table(data: dict) -> str:
         for r in ran:
             for why, count in r.get("left_alone_reasons", {}).items():
                 reasons[why] = reasons.get(why, 0) + count
-        why = "; ".join(f"{count}: {text}" for text, count in reasons.items()) or "none"
+        # The reason's own gloss where it has one: "groups=1 only (no grouped ... convolution)".
+        why = "; ".join(f"{count}: {text.rsplit('(', 1)[-1].rstrip(')') if '(' in text else text}"
+                        for text, count in reasons.items()) or "none"
         err = max((r["rel_l2"]["megawino"] for r in ran), default=None)
         fp32 = max((r["rel_l2"]["pytorch_fp32"] for r in ran), default=None)
         top1 = min((r["top1"]["megawino"] for r in ran if r.get("top1")), default=None)
