@@ -92,13 +92,14 @@ def shipped_gpu_keys() -> list[str]:
 
 def table_chain(gpu, gemm_math: str) -> list[tuple[str, str]]:
     """(table key, kind) in the order plans of ``gemm_math`` on ``gpu`` (a GpuIdentity or a key)
-    read them: the GPU's own tables ("tuned"), then its family's ("architecture")."""
+    read them: the tables of ``gemm_math``'s own arithmetic first (its GEMM tasks run at their own
+    speed), the GPU's own ("tuned") before its family's ("architecture"); then the default
+    arithmetic's tables in the same order."""
     identity = gpu_identity.identity_for_key(gpu) if isinstance(gpu, str) else gpu
-    chain = []
-    for key, kind in [(identity.key, "tuned")] + [(k, "architecture") for k in
-                                                  gpu_identity.family_fallbacks(identity, shipped_gpu_keys())]:
-        for k in dict.fromkeys((tables.table_key(key, gemm_math), key)):
-            chain.append((k, kind))
+    gpus = [(identity.key, "tuned")] + [(k, "architecture") for k in
+                                        gpu_identity.family_fallbacks(identity, shipped_gpu_keys())]
+    chain = [(tables.table_key(key, gemm_math), kind) for key, kind in gpus]
+    chain += [(key, kind) for key, kind in gpus if (key, kind) not in chain]
     return chain
 
 

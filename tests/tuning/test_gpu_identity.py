@@ -62,11 +62,11 @@ def test_unknown_sm90_gpu_takes_the_hopper_table_unknown_sm80_the_heuristic(tmp_
     for name, capability in (("NVIDIA Ampere X", "80"), ("NVIDIA Hopper X", None)):
         params, mapping, source = choice.choose_for_gpu(spec, identity.identity_of(name, capability), "3xtf32")
         assert source.kind == "heuristic" and source.table is None
-    # bf16x3 plans of a sibling read its bf16x3 table, then its default table
+    # bf16x3 plans read the bf16x3 tables first (own GPU, then family), then the default tables
     _shipped(tmp_path, monkeypatch, {"h100": {SHAPE: (P100, MappingParams(1, 1, 1))},
                                      "h100-bf16x3": {SHAPE: (P200, MappingParams(2, 2, 1))}})
     chain = choice.table_chain(identity.identity_of("NVIDIA H800", "90"), "bf16x3")
-    assert chain == [("h800-bf16x3", "tuned"), ("h800", "tuned"), ("h100-bf16x3", "architecture"),
+    assert chain == [("h800-bf16x3", "tuned"), ("h100-bf16x3", "architecture"), ("h800", "tuned"),
                      ("h100", "architecture")]
     assert choice.choose_for_gpu(spec, identity.identity_of("NVIDIA H800", "90"), "bf16x3")[0] == P200
 
