@@ -228,13 +228,14 @@ def run_zoo(args, names=None, build=build_torchvision) -> int:
         torchvision_version = torchvision.__version__
     except ImportError:
         torchvision_version = None
+    commit = git_commit(BENCH_DIR.parent)
     rows = []
 
     def write(complete: bool) -> list[str]:
         # Written after every model, so a run stopped part-way keeps what it measured.
         failed = [row["model"] for row in rows if "error" in row]
         record = {"gpu": gpu, "torch": torch.__version__, "torchvision": torchvision_version,
-                  "git_commit": git_commit(BENCH_DIR.parent), "argv": list(args.argv), "batch": args.batch,
+                  "git_commit": commit, "argv": list(args.argv), "batch": args.batch,
                   "reps": args.reps, "gemm_math": args.gemm_math, "error_bar": [ERROR_FACTOR, ERROR_FLOOR],
                   "complete": complete, "models_wanted": len(wanted), "failed": failed, "rows": rows}
         out.parent.mkdir(parents=True, exist_ok=True)

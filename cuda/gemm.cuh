@@ -44,17 +44,16 @@ extern "C" __device__ int mw_u_paired = MW_U_PAIRED;
 #if MW_SPLIT_OPERANDS
 using GemmMainloop = WgmmaSplitBf16x3Mainloop;
 using PointwiseMainloop = MmaSyncBf16x3Mainloop;
-#elif MW_GEMM_WGMMA
+#else
+#if MW_GEMM_WGMMA
 using GemmMainloop = WgmmaTf32x3Mainloop;
-using PointwiseMainloop = GemmMainloop;
 #elif MW_GEMM_BF16X3
 using GemmMainloop = MmaSyncBf16x3Mainloop;
-using PointwiseMainloop = GemmMainloop;
 #elif MW_GEMM_TF32X3
 using GemmMainloop = MmaSyncTf32x3Mainloop;
-using PointwiseMainloop = GemmMainloop;
 #else
 using GemmMainloop = FfmaMainloop;
+#endif
 using PointwiseMainloop = GemmMainloop;
 #endif
 

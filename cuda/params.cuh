@@ -67,7 +67,7 @@ __device__ __forceinline__ long long ring_shift(const Params& p, int group) {
 // iteration (reread: a volatile load, which the compiler neither hoists nor merges), instead of
 // keeping the derived values live across the loop body: the builds without wgmma (every GPU but
 // sm_90a, and the FFMA build) spill those values under the megakernel's 128-register cap
-// otherwise; the wgmma builds keep them, as measured.
+// otherwise; the wgmma builds hold them without spilling, so a reread would only add loads.
 constexpr bool REREAD_PARAMS = !MW_GEMM_WGMMA;
 template <class T>
 __device__ __forceinline__ T reread(const T& field) {

@@ -11,8 +11,7 @@ import tempfile
 from rich.console import Console
 from rich.text import Text
 
-# the commands' argument types, defined with the one input rule
-from ..core.arguments import non_negative_int, positive_float, positive_int  # noqa: F401
+from ..core.arguments import positive_int
 
 DEFAULT_LAYER_BATCH = 64      # layer names resolve at the paper's evaluation batch size
 PROG = "megawino"

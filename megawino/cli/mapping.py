@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .common import DEFAULT_LAYER_BATCH, non_negative_int, positive_int, resolve_layer
+from ..core.arguments import non_negative_int, positive_int
+from .common import DEFAULT_LAYER_BATCH, resolve_layer
 
 # Graphs above this many tasks are refused before they are built: the mapping builder and
 # the simulator take one Python step per ticket (the largest suite layer has about 31,000).

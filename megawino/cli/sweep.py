@@ -8,8 +8,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..core.arguments import non_negative_int
 from .common import (DEFAULT_LAYER_BATCH, OUTPUT_PATH_HELP, OutputFile, _compact_shape, _error, _fmt_err, _fmt_ms,
-                     add_network_arguments, non_negative_int)
+                     add_network_arguments)
 
 
 def add_parser(sub) -> None:

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from .common import OUTPUT_PATH_HELP, OutputFile, positive_int, resolve_layer
+from ..core.arguments import positive_int
+from .common import OUTPUT_PATH_HELP, OutputFile, resolve_layer
 from .mapping import _add_mapping_options, _build_mapping
 
 

@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..gpu.nvrtc import GEMM_MATHS
-from .common import DEFAULT_LAYER_BATCH, positive_float, positive_int, resolve_layer
+from ..core.arguments import positive_float, positive_int
+from .common import DEFAULT_LAYER_BATCH, resolve_layer
 
 
 def add_parser(sub) -> None:

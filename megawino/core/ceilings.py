@@ -20,7 +20,7 @@ class Ceilings:
 MEASURED_CEILINGS = {
     "h100": Ceilings(51.3e12, 2.97e12, 132, "H100 SXM",
                      "measured on the H100 SXM (copy bandwidth; the 3xTF32 GEMM's rate)"),
-    # The H100's SM and clocks: its GEMM rate; the copy bandwidth measured on the H200 (2026-11-29).
+    # The H100's SM and clocks, so the H100's GEMM rate; its own copy bandwidth.
     "h200": Ceilings(51.3e12, 4.27e12, 132, "H200 SXM",
                      "measured on the H200 SXM (copy bandwidth; the GEMM rate is the H100's, the same SM)"),
 }

@@ -159,8 +159,8 @@ def family_fallbacks(identity: GpuIdentity, keys) -> list[str]:
     return sorted(siblings, key=distance)
 
 
-# The share of its nominal bandwidth a copy reaches on the H100 (2.97 of 3.35 TB/s): the
-# estimate for a GPU without a measured record.
+# The share of its nominal bandwidth a copy reaches on the H100: the estimate for a GPU
+# without a measured record.
 COPY_FRACTION = MEASURED_CEILINGS["h100"].bytes_per_s / KNOWN_GPUS["h100"][1]
 REFERENCE_CLOCK_HZ = 1.98e9     # the H100 SXM's boost clock, at which its GEMM rate was measured
 

@@ -12,7 +12,7 @@ import itertools
 from ..core.spec import LayerSpec
 from ..core.task_sizes import DEFAULT_WORKERS, default_params, transform_chunk, transform_split
 from ..core.tasks import (CHANNEL_ALIGN, GEMM_BLOCK_ROWS, GEMM_OUTPUT_CHANNELS, GEMM_OUTPUT_TILES, K_ALIGN,
-                          LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS, Layout, channel_stride,
+                          LANE_CHANNELS, NCHW_INPUT_PASS_CHANNELS, Layout, TaskParams, channel_stride,
                           gemm_output_fits, round_up)
 from ..core.winograd import tiles_for
 from ..schedule.mapping import MappingParams

@@ -56,6 +56,19 @@ def _peak_rss(shape, k, padding):
     return json.loads(proc.stdout)
 
 
+def _record_band_bytes(monkeypatch) -> list:
+    """The bytes each executor call holds (its input band and its buffers), recorded as it runs."""
+    seen = []
+    real = executor.execute
+
+    def spy(graph, order, xb, wb):
+        seen.append(4 * xb.size + executor.buffer_bytes(graph.layout))
+        return real(graph, order, xb, wb)
+
+    monkeypatch.setattr(executor, "execute", spy)
+    return seen
+
+
 @pytest.mark.parametrize("shape, k, padding", [
     ((1, 3, 4096, 4096), 4, 1),          # one image's whole buffers: about 3 GiB
     ((1, 3, 8192, 8192), 4, 1),          # whole buffers 12 GiB, run in 1 GiB bands
@@ -96,14 +109,7 @@ def test_bands_give_the_whole_image_output(monkeypatch, layout, n, c, k, h, w, p
     whole = megawino.conv2d_cpu(x, wt, padding=padding, layout=layout, m=m)
     budget = executor.band_bytes(spec, min(m, spec.out_h), None, m)     # one row of tiles
     assert executor.buffer_bytes(executor._batch_layout(spec, 1, None, m)) > budget
-    seen = []
-    real = executor.execute
-
-    def spy(graph, order, xb, wb):
-        seen.append(4 * xb.size + executor.buffer_bytes(graph.layout))
-        return real(graph, order, xb, wb)
-
-    monkeypatch.setattr(executor, "execute", spy)
+    seen = _record_band_bytes(monkeypatch)
     banded = megawino.conv2d_cpu(x, wt, padding=padding, layout=layout, m=m, memory_budget=budget)
     assert len(seen) == n * -(-spec.out_h // m) and max(seen) <= budget
     assert np.array_equal(banded, whole)
@@ -136,14 +142,7 @@ def test_every_cpu_entry_point_keeps_the_budget(monkeypatch, entry):
     budget = executor.band_bytes(spec, 8)
     monkeypatch.setattr(executor, "DEFAULT_MEMORY_BUDGET", budget)
     assert executor.buffer_bytes(executor._batch_layout(spec, 1, None, 4)) > budget
-    seen = []
-    real = executor.execute
-
-    def spy(graph, order, xb, wb):
-        seen.append(4 * xb.size + executor.buffer_bytes(graph.layout))
-        return real(graph, order, xb, wb)
-
-    monkeypatch.setattr(executor, "execute", spy)
+    seen = _record_band_bytes(monkeypatch)
     rng = np.random.default_rng(9)
     x = rng.standard_normal(spec.input_shape, dtype=np.float32)
     w = rng.standard_normal(spec.weight_shape, dtype=np.float32)
