@@ -59,15 +59,23 @@ def op_calls(graph) -> int:
 
 
 # Compiled against eager: the converted layers give the same bits, but inductor fuses the layers
-# around them (BatchNorm, ReLU, adds) in another order; on the H200 a converted ResNet-50 differs
-# from eager by 1.7e-6 (the depth-head model, which has no BatchNorm, by 0).
-COMPILED_VS_EAGER = 2e-6
+# around them (BatchNorm, ReLU, adds) in another order, which moves an unconverted ResNet-50 as
+# much (1.71e-6 from eager on the H200, the converted one 1.72e-6; the depth-head model, which has
+# no BatchNorm, 0).  So the converted model is held to the unconverted one's own difference.
+COMPILED_VS_EAGER = 1e-6
+OWN_DIFFERENCE_FACTOR = 1.1
+
+
+def compiled_outputs(model, x, mode: str) -> list:
+    torch._dynamo.reset()
+    compiled = torch.compile(model, mode=mode)
+    return [compiled(x).clone() for _ in range(4)]      # warm-up, capture and replays
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_compiled_converted_model_matches_eager(name, mode):
-    _, model, x = converted(name)
+    unconverted, model, x = converted(name)
     replaced = len(mwt.report(model).replaced)
     torch._dynamo.reset()
     with torch.no_grad():
@@ -75,11 +83,13 @@ def test_compiled_converted_model_matches_eager(name, mode):
         assert explained.graph_break_count == 0
         assert sum(op_calls(gm.graph) for gm in explained.graphs) == replaced > 0
         eager = model(x)
-        torch._dynamo.reset()
-        compiled = torch.compile(model, mode=mode)
-        outs = [compiled(x).clone() for _ in range(4)]      # warm-up, capture and replays
+        outs = compiled_outputs(model, x, mode)
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):   # IEEE fp32, as the converted layers
+            own_eager = unconverted(x)
+            own = max(rel_l2(out, own_eager) for out in compiled_outputs(unconverted, x, mode))
+    bound = max(COMPILED_VS_EAGER, OWN_DIFFERENCE_FACTOR * own)
     for out in outs:
-        assert rel_l2(out, eager) <= COMPILED_VS_EAGER
+        assert rel_l2(out, eager) <= bound
     assert all(torch.equal(out, outs[-1]) for out in outs[2:])
     assert any(row.algo in MEGAWINO_ALGOS for row in mwt.report(model).rows)
 
