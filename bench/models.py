@@ -247,6 +247,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     zoo.add_argument("--batch", type=int, default=8, help="the zoo's batch size (default 8)")
     zoo.add_argument("--resolution", type=int, default=None,
                      help="the zoo's input size (default 224; 299 for inception_v3)")
+    zoo.add_argument("--error-sources", action="store_true",
+                     help="also each model's error with one family of layers (3x3, 1x1, others) on megawino")
     zoo.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                      help="cpu: a dry run of the zoo's records on the CPU executor, no timings")
     args = p.parse_args(argv)

@@ -71,9 +71,11 @@ def _outputs(out) -> list:
 
 
 def model_record(name: str, build, batch: int, resolution: int, *, device: str = "cuda", reps: int = 10,
-                 seed: int = 0, gemm_math: str | None = None, graphs: bool = True) -> dict:
+                 seed: int = 0, gemm_math: str | None = None, graphs: bool = True,
+                 error_sources: bool = False) -> dict:
     """The zoo's row for one model (``build()`` makes it); every failure is caught into
-    ``row["error"]`` with the stage it happened in."""
+    ``row["error"]`` with the stage it happened in.  ``error_sources``: also the error with one
+    family of layers at a time on megawino (:func:`family_errors`)."""
     row = {"model": name, "batch": batch, "resolution": resolution, "device": device}
     stage = "build"
     try:
@@ -121,6 +123,11 @@ def model_record(name: str, build, batch: int, resolution: int, *, device: str =
                     row.setdefault("top1", {})[label] = top1_agreement(outputs, references)
             error, fp32 = row["rel_l2"]["megawino"], row["rel_l2"]["pytorch_fp32"]
             row["error_within_bar"] = error <= max(ERROR_FACTOR * fp32, ERROR_FLOOR)
+            if error_sources:
+                stage = "error sources"
+                if cuda:
+                    set_fp32_precision("ieee")
+                row["error_sources"] = family_errors(model, x, references, "auto" if cuda else "cpu", gemm_math)
             if cuda:
                 stage = "eager timing"
                 samples = {label: [] for label in variants}
@@ -153,6 +160,34 @@ def model_record(name: str, build, batch: int, resolution: int, *, device: str =
         free_runtime_caches()
         free_gpu_memory()
     return row
+
+
+# Layer families for family_errors: which layers give a converted model its error.
+FAMILIES = {"3x3": lambda conv: conv.kernel_size == (3, 3), "1x1": lambda conv: conv.kernel_size == (1, 1)}
+
+
+def family_errors(model, x, references, backend: str, gemm_math: str | None) -> dict:
+    """The relative L2 error of ``model`` converted with only one family of layers (3x3, 1x1, the
+    others) left on megawino's choice and the rest sent to PyTorch: an error over the bar is
+    traced to the family that carries it."""
+    import torch
+    import megawino.torch as mwt
+    from models import rel_l2
+    families = {**FAMILIES, "other": lambda conv: not any(test(conv) for test in FAMILIES.values())}
+    errors = {}
+    for family, keep in families.items():
+        net = mwt.convert(copy.deepcopy(model), backend=backend, verbose=False,
+                          **({} if gemm_math is None else {"gemm_math": gemm_math}))
+        for conv in net.modules():
+            if isinstance(conv, mwt.MegawinoConv2d) and not keep(conv):
+                conv.megawino_request = "pytorch"
+        with torch.inference_mode():
+            net(x)                               # the per-layer choice
+            errors[f"{family} only"] = rel_l2(_outputs(net(x)), references)
+        errors[f"{family} layers on megawino"] = len(mwt.report(net).on_megawino)
+        del net
+        free_gpu_memory()
+    return errors
 
 
 def free_runtime_caches() -> None:
@@ -246,7 +281,8 @@ def run_zoo(args, names=None, build=build_torchvision) -> int:
         start = time.perf_counter()
         resolution = args.resolution or RESOLUTIONS.get(name, 224)
         rows.append(model_record(name, lambda name=name: build(name), args.batch, resolution, device=device,
-                                 reps=args.reps, seed=args.seed, gemm_math=args.gemm_math, graphs=args.graphs))
+                                 reps=args.reps, seed=args.seed, gemm_math=args.gemm_math, graphs=args.graphs,
+                                 error_sources=args.error_sources))
         console.print(progress_line(index, len(wanted), rows[-1], time.perf_counter() - start))
         write(complete=False)
     failed = write(complete=True)

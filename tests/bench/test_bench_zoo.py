@@ -55,6 +55,18 @@ def test_zoo_record_of_a_small_model():
     assert "tiny" in line and "2/3 converted" in line
 
 
+def test_zoo_error_sources_send_the_other_families_to_pytorch():
+    zoo = _bench_module("zoo")
+    row = zoo.model_record("tiny", Tiny, 3, 12, device="cpu", error_sources=True)
+    sources = row["error_sources"]
+    assert sources["3x3 layers on megawino"] == 1                  # the stem (the depthwise is left alone)
+    assert sources["1x1 layers on megawino"] == 0 and sources["other layers on megawino"] == 0
+    assert sources["3x3 only"] > 0 and sources["3x3 only"] != row["rel_l2"]["pytorch_fp32"]
+    # Every layer sent to PyTorch: the unconverted model's bits.
+    assert sources["other only"] == row["rel_l2"]["pytorch_fp32"]
+    assert sources["1x1 only"] < 2 * row["rel_l2"]["pytorch_fp32"]      # the CPU's choice for it: PyTorch
+
+
 def test_zoo_counts_layers_that_never_ran_and_reasons_alike_together():
     zoo = _bench_module("zoo")
 
