@@ -64,6 +64,8 @@ def measure_pair(plans, spec: LayerSpec, configs: dict, reps: int, rounds: int) 
         return time_cuda_stats(lambda x: plan(x, w, out=out, check=False), xs, warmup=3, reps=reps,
                                check=plan.check)["median_us"]
     times = search.confirm(measure, list(made), rounds)
+    del made, outs, xs, w
+    cupy.get_default_memory_pool().free_all_blocks()     # the next shape may be the largest
     return {"nearest_us": times["nearest"], "heuristic_us": times["heuristic"], "bitwise_equal": equal}
 
 
