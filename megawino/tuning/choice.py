@@ -10,7 +10,14 @@ Choice for a layer, in order:
 3. ``nearest``: a tuned shape *near* the layer lends its parameters (:func:`is_near`: the same
    C, K and padding, the tile count within :data:`NEAR_TILES_RATIO`; in the shipped tables every
    pair of entries that near has the same group size and GEMM_OUTPUT choice, while the pairs
-   farther apart disagree in a third of the cases).
+   farther apart disagree in a third of the cases), and only where the nearest entry was
+   measured not to lose to the heuristic on the shapes that borrow it (:func:`lends`:
+   ``lends_near`` true, set by ``megawino tune --check-near``, :mod:`megawino.tuning.near`): on
+   the H200 the nearest entry's parameters ran up to 21% slower than the heuristic's on 14 of 36
+   suite layers at batches 32 and 20, so an entry nobody checked lends nothing.  The nearest
+   shape of the first table with a near shape (this GPU's tables, then its family's, as in 1
+   and 2) decides; a farther entry, or another table's, does not stand in for one that does not
+   lend: it was not measured on that shape.
 4. ``heuristic``: ``default_params`` and ``default_mapping_params``.
 
 Tables, in order: ``MEGAWINO_MAPPING=path`` alone when set; else for each key the user's tuned
@@ -116,20 +123,42 @@ def entry_params(entry: dict, spec: LayerSpec, fused_output: bool = True) -> tup
     return TaskParams(**params), tables.mapping_from_entry(entry["mapping"])
 
 
+def lent_params(entry: dict, spec: LayerSpec, fused_output: bool = True) -> tuple[TaskParams, MappingParams]:
+    """The parameters ``entry`` lends to the near shape ``spec``: :func:`entry_params` without the
+    ring (its slots are counted for the entry's own shape and order)."""
+    task_params, mapping_params = entry_params(entry, spec, fused_output)
+    return dataclasses.replace(task_params, buffer_groups=None), mapping_params
+
+
+def lends(entry: dict) -> bool:
+    """Whether ``entry`` lends its parameters to near shapes: only where ``megawino tune
+    --check-near`` measured them not slower than the heuristic's on every near shape it timed."""
+    return entry.get("lends_near") is True
+
+
 def tile_count(spec: LayerSpec, m: int = 4) -> int:
     return spec.N * tiles_for(spec.out_h, m) * tiles_for(spec.out_w, m)
 
 
 def is_near(spec: LayerSpec, shape: str) -> bool:
-    """Whether tuned shape ``shape`` may lend ``spec`` its parameters: the same C, K, filter,
-    stride and padding (the GEMM's shape per tile and the transforms' work), the tile count
-    within NEAR_TILES_RATIO either way (the group size follows it)."""
+    """Whether tuned shape ``shape`` is near ``spec``: the same C, K, filter, stride and padding
+    (:func:`megawino.tuning.table.lending_class`), the tile count within NEAR_TILES_RATIO either
+    way (the group size follows it).  Its entry lends ``spec`` its parameters only if it
+    :func:`lends`."""
     other = parse_shape(shape)
-    if (other.C, other.K, other.R, other.S, other.stride, other.padding) != \
-            (spec.C, spec.K, spec.R, spec.S, spec.stride, spec.padding):
+    if tables.lending_class(other) != tables.lending_class(spec):
         return False
     ratio = tile_count(spec) / tile_count(other)
     return 1 / NEAR_TILES_RATIO <= ratio <= NEAR_TILES_RATIO
+
+
+def nearest_shape(spec: LayerSpec, shapes) -> str | None:
+    """The shape of ``shapes`` (tuned shape strings) nearest ``spec``: :func:`is_near`, the
+    closest tile count (the first of a tie); None if none is near."""
+    near = [s for s in shapes if is_near(spec, s)]
+    if not near:
+        return None
+    return min(near, key=lambda s: abs(math.log(tile_count(spec) / tile_count(parse_shape(s)))))
 
 
 def choose(spec: LayerSpec, key: str | None = None, m: int = 4, workers: int = DEFAULT_WORKERS,
@@ -137,9 +166,10 @@ def choose(spec: LayerSpec, key: str | None = None, m: int = 4, workers: int = D
            architecture=()) -> tuple[TaskParams, MappingParams, ParamsSource]:
     """Task and mapping parameters for ``spec`` and their :class:`ParamsSource`: the exact
     shape in table ``key``, then ``fallback`` (the same GPU's default table), then the tables of
-    ``architecture`` (keys of GPUs of the same family); else the nearest near shape of those
-    tables in the same order; else the heuristic.  GEMM_OUTPUT entries only with
-    ``fused_output`` (entry_params); ``key`` None: the heuristic."""
+    ``architecture`` (keys of GPUs of the same family); else the nearest shape
+    (:func:`nearest_shape`) of the first of those tables that has one, if its entry
+    :func:`lends`; else the heuristic.  GEMM_OUTPUT entries only with ``fused_output`` (entry_params); ``key`` None:
+    the heuristic."""
     chain = [(k, "tuned") for k in dict.fromkeys(x for x in (key, fallback) if x)] if key else []
     chain += [(k, "architecture") for k in architecture if key and k not in (key, fallback)]
     return choose_in(spec, chain, m, workers, fused_output)
@@ -163,15 +193,13 @@ def choose_in(spec: LayerSpec, chain, m: int = 4, workers: int = DEFAULT_WORKERS
         if lookup in found:
             entry, path = found[lookup]
             return (*entry_params(entry, spec, fused_output), ParamsSource(kind, path, lookup))
-    for kind, found in layers:
-        near = [s for s in found if is_near(spec, s)]
-        if near:
-            shape = min(near, key=lambda s: abs(math.log(tile_count(spec) / tile_count(parse_shape(s)))))
-            entry, path = found[shape]
-            task_params, mapping_params = entry_params(entry, spec, fused_output)
-            # Ring slots are counted for the entry's own shape and order.
-            return (dataclasses.replace(task_params, buffer_groups=None), mapping_params,
-                    ParamsSource("nearest", path, shape))
+    # The first table with a near shape decides: its nearest entry lends, or nobody does (a
+    # later table's entry was never measured on this shape against this one's).
+    nearest = next(((shape, found[shape]) for _, found in layers
+                    if (shape := nearest_shape(spec, found)) is not None), None)
+    if nearest is not None and lends(nearest[1][0]):
+        shape, (entry, path) = nearest
+        return (*lent_params(entry, spec, fused_output), ParamsSource("nearest", path, shape))
     params = default_params(spec, m)
     return params, tables.default_mapping_params(Layout(spec, params), workers), HEURISTIC
 

@@ -167,9 +167,8 @@ def seed_configs(spec: LayerSpec, fused_output: bool, m: int = 4) -> list[tuple[
                 continue
             if shape == lookup:
                 exact.append((f"{path.name}", choice.entry_params(entry, spec, fused_output)))
-            elif choice.is_near(spec, shape):
-                params, mapping = choice.entry_params(entry, spec, fused_output)
-                near.append((f"{path.name} {shape}", (dataclasses.replace(params, buffer_groups=None), mapping)))
+            elif choice.is_near(spec, shape):       # measured here, whether or not it lends
+                near.append((f"{path.name} {shape}", choice.lent_params(entry, spec, fused_output)))
     seen, seeds = set(), []
     for label, config in exact + near:
         if config not in seen:

@@ -8,8 +8,10 @@ entries take precedence over the shipped read-only table (``mapping/<gpu>.json``
 
 Every table is checked against the schema on load (:func:`validate_table`): known keys only,
 ``spec`` / ``params`` / ``mapping`` in every entry, TaskParams and MappingParams within their
-bounds (``megawino.core.tasks.TASK_PARAM_LIMITS``, int32 ticket distances) and the layer's sizes
-within the kernels' int32 limits; a bad entry is a ValueError naming the file and the entry.
+bounds (``megawino.core.tasks.TASK_PARAM_LIMITS``, int32 ticket distances), the layer's sizes
+within the kernels' int32 limits, and the optional near-shape measurement (:func:`check_near_fields`:
+``near_check``, heuristic time / lent time per near shape, and ``lends_near``, true only where
+every one of them is at least 1); a bad entry is a ValueError naming the file and the entry.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ ENTRY_FIELDS = {
     "candidates_measured": int, "confirm_rounds": int, "time_us": float, "default_us": float,
     "sequential_us": float, "speedup_vs_default": float, "speedup_vs_sequential": float,
     "trace_makespan_us": float, "simulated_makespan_us": float, "simulator_error": float,
+    "near_check": dict, "lends_near": bool,
 }
 SPEC_FIELDS = ("N", "C", "K", "H", "W")
 # A table entry's "mapping" keys are the paper's names (DIG, DGO, M as "m"); MappingParams spells
@@ -136,6 +139,7 @@ def entry_objects(key: str, entry) -> tuple[LayerSpec, TaskParams, MappingParams
         mapping = mapping_from_entry(entry["mapping"])
         check_size(spec, params)
         check_ring(spec, params, mapping)
+        check_near_fields(spec, entry)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     return spec, params, mapping
@@ -152,6 +156,40 @@ def check_ring(spec: LayerSpec, params: TaskParams, mapping: MappingParams) -> N
     if params.buffer_groups < fewest:
         raise ValueError(f"params.buffer_groups={params.buffer_groups} is a smaller ring than the entry's "
                          f"ticket order allows (at least {fewest} of {whole.layout.num_groups} groups)")
+
+
+def lending_class(spec: LayerSpec) -> tuple:
+    """What a table entry and a shape it lends its parameters to share: C, K, the filter, stride
+    and padding (the GEMM's shape per tile and the transforms' work); only the tile count differs."""
+    return spec.C, spec.K, spec.R, spec.S, spec.stride, spec.padding
+
+
+def check_near_fields(spec: LayerSpec, entry: dict) -> None:
+    """ValueError unless the entry's ``near_check`` maps shape strings of its lending class (not
+    its own shape) to positive heuristic / lent time ratios, and ``lends_near`` is true only with
+    a measured near shape and none below 1 (it may be false with all at least 1: outputs that
+    differed from the heuristic's, or a veto)."""
+    measured = entry.get("near_check")
+    if measured is not None and "lends_near" not in entry:
+        raise ValueError("'near_check' without 'lends_near'")
+    for shape, ratio in (measured or {}).items():
+        try:
+            other = parse_shape(shape)
+        except ValueError as err:
+            raise ValueError(f"'near_check': {err}") from None
+        if other == spec or lending_class(other) != lending_class(spec):
+            raise ValueError(f"'near_check': {shape!r} is not a shape this entry lends to (the same C, K, "
+                             f"filter, stride and padding, another tile count)")
+        if not json_value_ok(ratio, float) or not (math.isfinite(ratio) and ratio > 0):
+            raise ValueError(f"'near_check': {shape!r} must be a positive finite JSON number "
+                             f"(heuristic time / lent time), got {ratio!r:.40}")
+    if entry.get("lends_near"):
+        if not measured:
+            raise ValueError("'lends_near' is true but 'near_check' measured no near shape")
+        worst = min(measured, key=measured.get)
+        if measured[worst] < 1.0:
+            raise ValueError(f"'lends_near' is true but {worst} ran slower with the entry's parameters "
+                             f"than with the heuristic's ('near_check' {measured[worst]:.3f} < 1)")
 
 
 def validate_table(data, source) -> dict:

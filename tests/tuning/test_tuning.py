@@ -39,8 +39,14 @@ def test_tuned_and_nearest_and_override(tmp_path, monkeypatch):
     assert (params, mp, source.kind, source.table) == (tuned, MappingParams(32, 96, 2), "tuned", str(path))
     # a layout change or a name does not change the shape key
     assert tuning_choice.choose(spec.with_(layout="NHWC", name="a"), "h100")[2].kind == "tuned"
-    # a near shape (same C, K and padding, a tile count within NEAR_TILES_RATIO) borrows the entry
-    params, mp, source = tuning_choice.choose(LayerSpec(64, 64, 64, 40, 40), "h100")
+    # a near shape (same C, K and padding, a tile count within NEAR_TILES_RATIO) borrows nothing
+    # from an entry nobody measured there ...
+    near = LayerSpec(64, 64, 64, 40, 40)
+    assert tuning_choice.choose(near, "h100")[2].kind == "heuristic"
+    # ... and the entry's parameters once it was measured not to lose on its near shapes
+    table["layers"][spec.shape_string].update(near_check={"n32c64k64h56w56": 1.02}, lends_near=True)
+    path.write_text(json.dumps(table))
+    params, mp, source = tuning_choice.choose(near, "h100")
     assert (source.kind, source.shape) == ("nearest", spec.shape_string) and mp.groups_per_column == 2
     # other channel counts, paddings or a tile count too far off are not near: the heuristic
     for far in (LayerSpec(8, 64, 24, 30, 30), LayerSpec(64, 64, 64, 56, 56, padding=0), LayerSpec(8, 64, 64, 28, 28)):
@@ -300,9 +306,12 @@ def test_cache_dir_follows_env_then_xdg_then_home(tmp_path, monkeypatch):
     assert tuning.user_table_path("h100") == tmp_path / "home" / ".cache" / "megawino" / "h100.json"
 
 
-def _one_entry_table(spec, params, mapping):
+def _one_entry_table(spec, params, mapping, lends=False):
+    """A table of one entry; ``lends``: measured not to lose at half its batch, so it lends."""
     table = {"layers": {}}
-    tuning.write_entry(table, spec, params, mapping, time_us=1.0)
+    near = {spec.with_(N=max(1, spec.N // 2), name="").shape_string: 1.05} if lends else {}
+    tuning.write_entry(table, spec, params, mapping, time_us=1.0,
+                       **(dict(near_check=near, lends_near=True) if lends else {}))
     return table
 
 
@@ -346,7 +355,8 @@ def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
     gpu = _one_entry_table(a, p_gpu, MappingParams(1, 1, 1))
     tuning.write_entry(gpu, b, p_gpu, MappingParams(2, 2, 1))
     (shipped_dir / "h100.json").write_text(json.dumps(gpu))
-    (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(_one_entry_table(a, p_bf16, MappingParams(3, 3, 1))))
+    (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(_one_entry_table(a, p_bf16, MappingParams(3, 3, 1),
+                                                                              lends=True)))
     params, mapping, source = tuning_choice.choose(a, "h100-bf16x3", fallback="h100")
     assert (params, mapping, source.kind, source.table) == (p_bf16, MappingParams(3, 3, 1), "tuned",
                                                             str(shipped_dir / "h100-bf16x3.json"))
@@ -357,11 +367,17 @@ def test_bf16x3_plans_read_their_own_table_then_the_gpus(tmp_path, monkeypatch):
     assert (mapping, source.kind) == (MappingParams(3, 3, 1), "nearest")
     # A ring's slot count is for its own shape's order: a borrowed entry drops it.
     # (4 slots: the fewest this order allows; the schema refuses fewer)
-    ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=4), MappingParams(4, 4, 1))
+    ringed = _one_entry_table(a, TaskParams(tiles_per_group=64, buffer_groups=4), MappingParams(4, 4, 1), lends=True)
     (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(ringed))
     assert tuning_choice.choose(a, "h100-bf16x3")[0].buffer_groups == 4
     assert tuning_choice.choose(c, "h100-bf16x3")[0].buffer_groups is None
     assert tuning_choice.choose(a, "h100", fallback="h100")[2].kind == "tuned"
+    # The first table with a near shape decides: its nearest entry does not lend, so the GPU
+    # table's lending entry for the same shape does not stand in for it.
+    (shipped_dir / "h100-bf16x3.json").write_text(json.dumps(_one_entry_table(a, p_bf16, MappingParams(3, 3, 1))))
+    (shipped_dir / "h100.json").write_text(json.dumps(_one_entry_table(a, p_gpu, MappingParams(1, 1, 1), lends=True)))
+    assert tuning_choice.choose(c, "h100", fallback="h100")[2].kind == "nearest"
+    assert tuning_choice.choose(c, "h100-bf16x3", fallback="h100")[2].kind == "heuristic"
 
 
 def test_tune_gemm_math_writes_its_own_table(fake_tuner, monkeypatch):
