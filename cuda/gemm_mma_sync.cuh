@@ -47,8 +47,8 @@ struct Tf32x3Fragments {
   __device__ __forceinline__ void multiply(Acc& acc, const float* As, const float* Bs) const {
     // Thread (g, t4) holds k 4 t4 .. 4 t4 + 3 of rows g and g + 8 (one float4 each): MMA q takes
     // k 4 t4 + 2 q as its column t4 and k 4 t4 + 2 q + 1 as its column t4 + 4, B rows likewise.
-    // Per k8 the three products of all blocks are issued product by product, so MT * NT
-    // independent MMAs separate two that accumulate into the same registers.
+    // Per k8 the products of a row block are issued product by product, so NT independent MMAs
+    // separate two that accumulate into the same registers.
     float part[MT * NT][4];
     float4 a_vec[MT][2];
 #pragma unroll
@@ -56,21 +56,34 @@ struct Tf32x3Fragments {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         a_vec[mt][h] = *reinterpret_cast<const float4*>(As + (warp_row + 16 * mt + 8 * h + g) * A_STRIDE + 4 * t4);
+    // The small products of both k8 steps, then the big ones (cuda/gemm_arithmetic.cuh), one
+    // m16 row block at a time: its A parts and both steps' B big parts fit the registers, and
+    // B is split again for each row block rather than kept.
+    auto b_row = [&](int q, int nt) {
+      const int n = warp_col + 8 * nt + g;
+      // Rows 4 t4 + 2 q and 4 t4 + 2 q + 1 share row 4 t4's swizzle.
+      return Bs + (4 * t4 + 2 * q) * GEMM_BN + ((swizzled_b_chunk(4 * t4, n >> 2) << 2) | (n & 3));
+    };
 #pragma unroll
-    for (int q = 0; q < GEMM_BK / 8; ++q) {
-      unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+    for (int mt = 0; mt < MT; ++mt) {
+      unsigned a_big[2][1][4], b_big[2][NT][2];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) Tf32x3::split_a_step(a_vec[mt][0], a_vec[mt][1], q, a_big[mt], a_small[mt]);
+      for (int q = 0; q < GEMM_BK / 8; ++q) {
+        unsigned a_small[1][4], b_small[NT][2];
+        Tf32x3::split_a_step(a_vec[mt][0], a_vec[mt][1], q, a_big[q][0], a_small[0]);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int n = warp_col + 8 * nt + g;
-        // Rows 4 t4 + 2 q and 4 t4 + 2 q + 1 share row 4 t4's swizzle.
-        const float* bp = Bs + (4 * t4 + 2 * q) * GEMM_BN + ((swizzled_b_chunk(4 * t4, n >> 2) << 2) | (n & 3));
-        Tf32x3::split(bp[0], b_big[nt][0], b_small[nt][0]);
-        Tf32x3::split(bp[GEMM_BN], b_big[nt][1], b_small[nt][1]);
+        for (int nt = 0; nt < NT; ++nt) {
+          const float* bp = b_row(q, nt);
+          Tf32x3::split(bp[0], b_big[q][nt][0], b_small[nt][0]);
+          Tf32x3::split(bp[GEMM_BN], b_big[q][nt][1], b_small[nt][1]);
+        }
+        float (&row_part)[NT][4] = *reinterpret_cast<float (*)[NT][4]>(&part[mt * NT]);
+        if (q == 0) small_products<true>(row_part, a_big[q], a_small, b_big[q], b_small, mma_tf32, mma_tf32_zero);
+        else small_products<false>(row_part, a_big[q], a_small, b_big[q], b_small, mma_tf32, mma_tf32_zero);
       }
-      if (q == 0) split_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
-      else split_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+#pragma unroll
+      for (int q = 0; q < GEMM_BK / 8; ++q)
+        big_products(*reinterpret_cast<float (*)[NT][4]>(&part[mt * NT]), a_big[q], b_big[q], mma_tf32);
     }
     add_partial_sums(acc, part);
   }

@@ -106,6 +106,8 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
         const int next_pos = kt + 1 < k_tiles ? pos : pos + BLOCK_THREADS / 32;
         const int next_kt = kt + 1 < k_tiles ? kt + 1 : 0;
         float part[GEMM_OUTPUT_NT][4];
+        // The small products of both k8 steps, then the big ones (cuda/gemm_arithmetic.cuh),
+        // whose parts are split again from the chunks in registers rather than kept.
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           unsigned a_big[1][4], a_small[1][4], b_big[GEMM_OUTPUT_NT][2], b_small[GEMM_OUTPUT_NT][2];
@@ -115,9 +117,20 @@ __device__ __forceinline__ void gemm_output_task(const Params& p, float* y, int 
             Tf32x3::split(q == 0 ? b[nt].x : b[nt].z, b_big[nt][0], b_small[nt][0]);
             Tf32x3::split(q == 0 ? b[nt].y : b[nt].w, b_big[nt][1], b_small[nt][1]);
           }
+          if (q == 0) small_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          else small_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+        }
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          unsigned a_big[1][4], b_big[GEMM_OUTPUT_NT][2];
+          Tf32x3::big_a_step(a0, a8, q, a_big[0]);
+#pragma unroll
+          for (int nt = 0; nt < GEMM_OUTPUT_NT; ++nt) {
+            b_big[nt][0] = Tf32x3::big(q == 0 ? b[nt].x : b[nt].z);
+            b_big[nt][1] = Tf32x3::big(q == 0 ? b[nt].y : b[nt].w);
+          }
           if (q == 1 && next_pos < ALPHA2) copy_k_tile(next_pos, next_kt);
-          if (q == 0) split_products<true>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
-          else split_products<false>(part, a_big, a_small, b_big, b_small, mma_tf32, mma_tf32_zero);
+          big_products(part, a_big, b_big, mma_tf32);
         }
         add_partial_sums(acc, part);
       }

@@ -248,13 +248,11 @@ __device__ __forceinline__ void gemm_tile_wgmma(GemmSmem& sm, const float* Vp, c
         split_a();
       }
       float part[WG_N / 2];
-      wgmma_fence();
+      unsigned long long b_big[2], b_small[2];
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        unsigned long long b_big, b_small;
-        b_descs(stage, 2 * sub + q, b_big, b_small);
-        split_products(mma, part, a_big[q], a_small[q], b_big, b_small, q);
-      }
+      for (int q = 0; q < 2; ++q) b_descs(stage, 2 * sub + q, b_big[q], b_small[q]);
+      wgmma_fence();
+      tf32x3_products(mma, part, a_big, a_small, b_big, b_small);
       add_wgmma_part(acc, part);
     }
     k_rest -= WGMMA_BK;
