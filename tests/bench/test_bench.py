@@ -104,7 +104,7 @@ def test_find_loaded_library(tmp_path):
 def test_parse_args_defaults_and_quick():
     a = compare.parse_args([])
     assert (a.suite, a.batch, a.reps, a.warmup, a.quick) == ("winograd", None, 20, 5, False)
-    assert a.backends == list(compare.BACKENDS) and a.layer_names is None
+    assert a.backends == list(compare.DEFAULT_BACKENDS) and a.layer_names is None
     assert a.legacy_algos == ["winograd_nonfused", "fft_tiling"]
     assert a.out is None          # main() writes bench/results/<gpu>/compare.json
     q = compare.parse_args(["--quick", "--suite", "direct", "--batch", "8", "--layers", "a, b,",

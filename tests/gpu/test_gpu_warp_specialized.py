@@ -1,0 +1,61 @@
+"""The warp-specialized GEMM (cuda/warp_specialized.cu, sm_90a) against the non-fused GEMM
+stage: bitwise equal M on the plan's own V and U, poisoned output, shapes with row, channel
+and column remainders; and close to float64."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from megawino.core import abi
+from megawino.core.spec import LayerSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import compare_gemm  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+# (spec, what it exercises): 64-row remainders of the 128-row tiles, a half stage of channels
+# (c_stride % 32 == 16), a 48-column tile on the m64n64 path, and a 72-column remainder of the
+# 128-column tile (K = 200), a single 16-channel stage.
+SHAPES = [
+    (LayerSpec(N=5, C=48, K=48, H=21, W=19), "192 rows, C = 48, K = 48"),
+    (LayerSpec(N=2, C=144, K=200, H=17, W=23), "C = 144, K = 200"),
+    (LayerSpec(N=1, C=3, K=72, H=9, W=9), "C = 3 (one half stage), K = 72"),
+]
+
+
+def _gemm():
+    import cupy as cp
+    try:
+        return cp, compare_gemm.WarpSpecializedGemm(cp)
+    except compare_gemm.NotAvailable as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.parametrize("spec,what", SHAPES, ids=[w for _, w in SHAPES])
+def test_bitwise_equal_to_the_nonfused_gemm(spec, what):
+    import megawino
+    cp, ws = _gemm()
+    plan = megawino.plan(spec, algo="nonfused")
+    if plan.operand_format != "float32_u_paired":
+        pytest.skip(f"the non-fused plan's U is {plan.operand_format}")
+    rng = np.random.default_rng(7)
+    x = cp.asarray(rng.standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal(spec.weight_shape).astype(np.float32))
+    plan(x, w)
+    rows = plan.task_layout.tiles_padded
+    assert plan.V.shape[1] >= rows
+    out = cp.full(plan.M.shape, cp.nan, dtype=cp.float32)
+    ws(plan.V, plan.U, out, rows)
+    cp.cuda.get_current_stream().synchronize()
+    ws.check_report()
+    check = compare_gemm.bitwise_check(cp, out[:, :rows], plan.M[:, :rows])
+    assert check["bitwise_mismatches"] == 0, (what, check)
+    assert not bool(cp.isnan(out[:, :rows]).any())
+    u = abi.filter_matrices(plan.U, plan.operand_format)
+    ref = cp.matmul(plan.V[:, :rows].astype(cp.float64), u.astype(cp.float64))
+    err = float(cp.linalg.norm(out[:, :rows] - ref) / cp.linalg.norm(ref))
+    assert err < 1e-5, (what, err)
