@@ -145,135 +145,65 @@ __device__ __forceinline__ void produce(const Problem& pb, unsigned ring, unsign
   for (int f = fill - LAG < 0 ? 0 : fill - LAG; f < fill; ++f) publish(f % STAGES);
 }
 
-// A consumer thread's place in its warpgroup's 64 rows: rows a_row and a_row + 8, k 4 t4 .. + 3
-// of each sub-tile, read and split as in cuda/gemm_wgmma.cuh (A chunk c of row n at c ^ 4 (n % 2)).
-struct ConsumerLane {
-  int lane, t4, a_row, a_sw;
-  __device__ explicit ConsumerLane(int wg_row)
-      : lane(threadIdx.x & 31), t4(threadIdx.x & 3), a_row(wg_row + 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2)),
-        a_sw(16 * (a_row & 1)) {}
-  // The A operand of both k8 steps of sub-tile `sub` of the stage at a_stage, split.
-  __device__ __forceinline__ void read_a(unsigned a_stage, int sub, unsigned (&big)[2][4], unsigned (&small)[2][4]) const {
-    const unsigned at = a_stage + 4 * (a_row * BK + ((sub * GEMM_BK + 4 * t4) ^ a_sw));
-    const float4 r0 = lds_f32x4(at), r8 = lds_f32x4(at + 8 * ROW_BYTES);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) Tf32x3::split_a_step(r0, r8, q, big[q], small[q]);
-  }
-  __device__ __forceinline__ void release(unsigned bars, int stage) const {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(bars + 8 * (STAGES + stage));
-  }
-};
-
-// The six MMAs of one sub-tile (both k8 steps, three products each) into part, from zero, on the
-// N columns of B from b_big (the small parts B_PART_BYTES on), committed as one group.
-template <int N, class Mma>
-__device__ __forceinline__ void issue_subtile(Mma mma, float (&part)[N / 2], const unsigned (&a_big)[2][4],
-                                              const unsigned (&a_small)[2][4], unsigned b_big, int sub) {
-  wgmma_fence();
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const unsigned step = 32 * (2 * sub + q);   // k8 step: 32 bytes into the swizzled rows
-    split_products(mma, part, a_big[q], a_small[q], wgmma_desc_swizzle128(b_big + step),
-                   wgmma_desc_swizzle128(b_big + B_PART_BYTES + step), q);
-  }
-  wgmma_commit();
-}
-
-// acc += part once the MMA groups but PENDING are done (the 16-term partial sums' one FADD).
-template <int PENDING, int N>
-__device__ __forceinline__ void retire(float (&acc)[N], float (&part)[N]) {
-  wgmma_wait<PENDING>();
-  fence_operands(part);
-  add_partial_sums(acc, part);
-}
-
-// A column tile of <= 64 columns: one m64n64k8 partial sum a sub-tile, waited for before the next.
-__device__ __forceinline__ bool consume_narrow(const Problem& pb, unsigned ring, unsigned bars, unsigned* report,
-                                               int& fill, int alpha, int row0, int col0, const ConsumerLane& cl) {
+// One consumer warpgroup's 64 x N part of a tile: rows 64 wg + 16 warp + g (and + 8), k
+// 4 t4 .. + 3 of each sub-tile, read and split as in cuda/gemm_wgmma.cuh.
+template <int N>
+__device__ __forceinline__ bool consume_tile(const Problem& pb, unsigned ring, unsigned bars, unsigned* report,
+                                             int& fill, int alpha, int row0, int col0, int wg_row) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int a_row = wg_row + 16 * ((threadIdx.x >> 5) & 3) + g;
+  const int a_sw = 16 * (a_row & 1);   // rows a_row and a_row + 8 share the swizzle
   const int k_tiles = (pb.c_stride + BK - 1) / BK;
-  auto mma = [](float (&d)[32], const unsigned (&a)[4], unsigned long long b, int acc) { wgmma_tf32_m64n64k8(d, a, b, acc); };
-  float acc[32], part[32];
+  auto mma = [](float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    if constexpr (N == 128) wgmma_tf32_m64n128k8(d, a, b, accumulate);
+    else wgmma_tf32_m64n64k8(d, a, b, accumulate);
+  };
+  float acc[N / 2];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
   for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
     const int stage = fill % STAGES;
     if (!wait_phase(bars + 8 * stage, (fill / STAGES) & 1, report, ROLE_CONSUMER, stage)) return false;
     const unsigned a_stage = ring + stage * STAGE_BYTES;
+    const unsigned b_big = a_stage + A_BYTES;
 #pragma unroll
     for (int sub = 0; sub < BK / GEMM_BK; ++sub) {
       // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
       if (sub > 0 && pb.c_stride - kt * BK <= sub * GEMM_BK) break;
+      const unsigned at = a_stage + 4 * (a_row * BK + ((sub * GEMM_BK + 4 * t4) ^ a_sw));
+      const float4 r0 = lds_f32x4(at), r8 = lds_f32x4(at + 8 * ROW_BYTES);
       unsigned a_big[2][4], a_small[2][4];
-      cl.read_a(a_stage, sub, a_big, a_small);
-      issue_subtile<64>(mma, part, a_big, a_small, a_stage + A_BYTES, sub);
-      retire<0>(acc, part);
-    }
-    cl.release(bars, stage);
-  }
-  store_wgmma_acc<64, true>(acc, pb.M + alpha * pb.m_alpha_stride, row0 + cl.a_row, col0 + 2 * cl.t4, pb.k_stride,
-                            pb.k_stride, pb.rows);
-  return true;
-}
-
-// A 128-column tile as two 64-column halves, each sub-tile's half a unit of six m64n64k8 MMAs
-// into that half's partial sum: units (j, 0), (j, 1), (j + 1, 0), ... are issued in order with
-// one in flight while the next is issued, so the tensor cores never wait for an FADD.  Each unit's
-// sum is added to its half of acc once its MMAs are done, in k order, as in the narrow tile.  A
-// sub-tile's A registers stay untouched until both its units are done: two sets, one per
-// sub-tile of a stage (only a tile's last stage may lack sub-tile 1).  A stage is freed once its
-// last unit is done.
-__device__ __forceinline__ bool consume_wide(const Problem& pb, unsigned ring, unsigned bars, unsigned* report,
-                                             int& fill, int alpha, int row0, int col0, const ConsumerLane& cl) {
-  constexpr unsigned HALF_BYTES = 64 * ROW_BYTES;   // B rows of the second half
-  const int k_tiles = (pb.c_stride + BK - 1) / BK;
-  auto mma = [](float (&d)[32], const unsigned (&a)[4], unsigned long long b, int acc) { wgmma_tf32_m64n64k8(d, a, b, acc); };
-  float acc0[32], acc1[32], part0[32], part1[32];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc0[i] = acc1[i] = 0.0f;
-  unsigned a_big[2][2][4], a_small[2][2][4];
-  int pending = -1;   // the stage whose last unit (into part1) is in flight
-  for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
-    const int stage = fill % STAGES;
-    if (!wait_phase(bars + 8 * stage, (fill / STAGES) & 1, report, ROLE_CONSUMER, stage)) return false;
-    const unsigned a_stage = ring + stage * STAGE_BYTES, b_big = a_stage + A_BYTES;
-    cl.read_a(a_stage, 0, a_big[0], a_small[0]);
-    issue_subtile<64>(mma, part0, a_big[0], a_small[0], b_big, 0);
-    if (pending >= 0) {
-      retire<1>(acc1, part1);
-      cl.release(bars, pending);
+      for (int q = 0; q < 2; ++q) Tf32x3::split_a_step(r0, r8, q, a_big[q], a_small[q]);
+      float part[N / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const unsigned step = 32 * (2 * sub + q);   // k8 step: 32 bytes into the swizzled rows
+        split_products(mma, part, a_big[q], a_small[q], wgmma_desc_swizzle128(b_big + step),
+                       wgmma_desc_swizzle128(b_big + B_PART_BYTES + step), q);
+      }
+      add_wgmma_part(acc, part);
     }
-    issue_subtile<64>(mma, part1, a_big[0], a_small[0], b_big + HALF_BYTES, 0);
-    retire<1>(acc0, part0);
-    // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
-    if (pb.c_stride - kt * BK > GEMM_BK) {
-      cl.read_a(a_stage, 1, a_big[1], a_small[1]);
-      issue_subtile<64>(mma, part0, a_big[1], a_small[1], b_big, 1);
-      retire<1>(acc1, part1);
-      issue_subtile<64>(mma, part1, a_big[1], a_small[1], b_big + HALF_BYTES, 1);
-      retire<1>(acc0, part0);
-    }
-    pending = stage;
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(bars + 8 * (STAGES + stage));
   }
-  retire<0>(acc1, part1);
-  cl.release(bars, pending);
-  float* const Mp = pb.M + alpha * pb.m_alpha_stride;
-  const int row = row0 + cl.a_row, col = col0 + 2 * cl.t4;
-  store_wgmma_acc<64, true>(acc0, Mp, row, col, pb.k_stride, pb.k_stride, pb.rows);
-  store_wgmma_acc<64, true>(acc1, Mp, row, col + 64, pb.k_stride, pb.k_stride, pb.rows);
+  store_wgmma_acc<N, true>(acc, pb.M + alpha * pb.m_alpha_stride, row0 + a_row, col0 + 2 * t4, pb.k_stride,
+                           pb.k_stride, pb.rows);
   return true;
 }
 
 __device__ __forceinline__ void consume(const Problem& pb, unsigned ring, unsigned bars, unsigned* report) {
   setmaxnreg_inc<CONSUMER_REGS>();
-  const ConsumerLane cl(64 * (threadIdx.x / 128 - 1));
+  const int wg_row = 64 * (threadIdx.x / 128 - 1);
   const Items items(pb.alpha2, pb.rows, pb.k_stride);
   int fill = 0;
   for (int item = blockIdx.x; item < items.count; item += gridDim.x) {
     int alpha, row0, col0;
     items.at(item, alpha, row0, col0);
-    const bool ok = pb.k_stride - col0 > 64 ? consume_wide(pb, ring, bars, report, fill, alpha, row0, col0, cl)
-                                            : consume_narrow(pb, ring, bars, report, fill, alpha, row0, col0, cl);
+    const bool ok = pb.k_stride - col0 > 64 ? consume_tile<128>(pb, ring, bars, report, fill, alpha, row0, col0, wg_row)
+                                            : consume_tile<64>(pb, ring, bars, report, fill, alpha, row0, col0, wg_row);
     if (!ok) return;
   }
 }
