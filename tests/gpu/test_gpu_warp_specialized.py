@@ -17,13 +17,14 @@ import compare_gemm  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-# (spec, what it exercises): 64-row remainders of the 128-row tiles, a half stage of channels
-# (c_stride % 32 == 16), a 48-column tile on the m64n64 path, and a 72-column remainder of the
-# 128-column tile (K = 200), a single 16-channel stage.
+# (spec, what it exercises): 64-row remainders of the 128-row tiles, odd and even counts of
+# 16-channel sub-tiles (the two partial sums), the 64-column tiles (K = 48) and masked remainders
+# of the 128-column tiles (K = 200, 72, 136).
 SHAPES = [
     (LayerSpec(N=5, C=48, K=48, H=21, W=19), "192 rows, C = 48, K = 48"),
     (LayerSpec(N=2, C=144, K=200, H=17, W=23), "C = 144, K = 200"),
-    (LayerSpec(N=1, C=3, K=72, H=9, W=9), "C = 3 (one half stage), K = 72"),
+    (LayerSpec(N=1, C=3, K=72, H=9, W=9), "C = 3 (one sub-tile), K = 72"),
+    (LayerSpec(N=2, C=64, K=136, H=13, W=13), "C = 64 (an even count of sub-tiles), K = 136"),
 ]
 
 

@@ -32,10 +32,15 @@ def test_sm90a_cubin_has_no_spills(tmp_path):
 def test_sm90a_ptx_is_warp_specialized(tmp_path):
     _nvcc(tmp_path, "sm_90a", "ptx")
     ptx = (tmp_path / "ws.ptx").read_text()
-    for needle in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 232",
-                   "mbarrier.try_wait.parity", "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32",
-                   "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "cp.async.cg.shared.global"):
+    for needle in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32", "mbarrier.try_wait.parity",
+                   "cp.async.cg.shared.global", "bar.sync"):
         assert needle in ptx, needle
+    # Both operands from shared memory (two descriptors), 128- and 64-column tiles.
+    for n in (128, 64):
+        assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, %rd\d+, %rd\d+", ptx), n
+    dec = int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32 (\d+)", ptx).group(1))
+    inc = int(re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32 (\d+)", ptx).group(1))
+    assert 128 * dec + 256 * inc <= 65536 and inc >= 200, (dec, inc)
 
 
 def test_sm80_builds_the_reporting_kernel(tmp_path):
