@@ -68,8 +68,8 @@ TF32X3_PEAK_TFLOPS = TF32_DENSE_TFLOPS / 3
 
 class WarpSpecializedGemm:
     """The sm_90a warp-specialized batched GEMM: M[a] = V[a] @ U[a] for every position a, U in
-    the non-fused module's paired format ("float32_u_paired", the prepared layout its producer
-    copies whole rows of), one 384-thread block per SM.  Compiled with the runtime's own options;
+    the non-fused module's paired format ("float32_u_paired"), split once into its TF32 parts
+    (:meth:`split_u`, which the producer copies whole rows of), one 384-thread block per SM.  Compiled with the runtime's own options;
     a stuck mbarrier wait comes back as a RuntimeError naming the block, role and stage."""
 
     def __init__(self, cp):
@@ -87,16 +87,27 @@ class WarpSpecializedGemm:
         self.blocks = cp.cuda.Device().attributes["MultiProcessorCount"]
         self.report = cp.zeros(1, dtype=cp.uint32)
 
-    def __call__(self, V, U, M, rows: int) -> None:
-        """M[:, :rows] = V[:, :rows] @ U (U's data [alpha2][k_stride][c_stride], paired)."""
+    def split_u(self, U):
+        """U's big and small TF32 parts, as the kernel's producer copies them: big rounds to nearest
+        (ties away), small = U - big truncated (cuda/gemm_arithmetic.cuh Tf32x3::split, bit for bit):
+        done once, as preparing the weights is."""
+        cp = self.cp
+        big = (U.view(cp.uint32) + cp.uint32(0x1000)) & cp.uint32(0xFFFFE000)
+        small = (U - big.view(cp.float32)).view(cp.uint32) & cp.uint32(0xFFFFE000)
+        return big.view(cp.float32), small.view(cp.float32)
+
+    def __call__(self, V, U_parts, M, rows: int) -> None:
+        """M[:, :rows] = V[:, :rows] @ U, U given as split_u's parts (their data [alpha2][k_stride][c_stride], paired)."""
         import numpy as np
         alpha2, _, c_stride = V.shape
         k_stride = M.shape[2]
+        U_big, U_small = U_parts
         # The paired U keeps Layout.u_shape, its rows transposed inside: only its size tells.
-        if U.size != alpha2 * k_stride * c_stride or M.shape[0] != alpha2 or min(V.shape[1], M.shape[1]) < rows:
-            raise ValueError(f"shapes V {V.shape}, U {U.shape}, M {M.shape} do not make a batched GEMM of {rows} rows")
+        if (U_big.size != alpha2 * k_stride * c_stride or U_small.shape != U_big.shape or M.shape[0] != alpha2
+                or min(V.shape[1], M.shape[1]) < rows):
+            raise ValueError(f"shapes V {V.shape}, U {U_big.shape}, M {M.shape} do not make a batched GEMM of {rows} rows")
         self.fn((self.blocks,), (self.threads,),
-                (V, U, M, np.int32(alpha2), np.int32(rows), np.int32(c_stride), np.int32(k_stride),
+                (V, U_big, U_small, M, np.int32(alpha2), np.int32(rows), np.int32(c_stride), np.int32(k_stride),
                  np.int64(V.shape[1] * c_stride), np.int64(M.shape[1] * k_stride), self.report),
                 shared_mem=self.smem)
 
@@ -140,13 +151,15 @@ def gemm_warp_specialized(bench, spec, st) -> dict:
         raise NotAvailable(f"the non-fused plan's U is {plan.operand_format!r}, not the paired format")
     lay = plan.task_layout
     rows = min(lay.tiles_padded, plan.V.shape[1])   # a ring's V holds fewer rows than the layer's tiles
-    per_set = 4 * lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride) + lay.c_stride * lay.k_stride)
+    # V and M, and U three times: the plan's, and its two TF32 parts the kernel reads.
+    per_set = 4 * lay.alpha2 * (lay.tiles_padded * (lay.c_stride + lay.k_stride) + 3 * lay.c_stride * lay.k_stride)
     n = rotation_sets(per_set, bench.l2, min_sets=1, budget_bytes=bench._budget())
     plans = [plan] + [bench._make_plan(spec, "nonfused", params) for _ in range(n - 1)]
     for p in plans:
         p(st["xs"][0], st["w"], check=True)
+    parts = [ws.split_u(p.U) for p in plans]                 # once per plan, outside the timing
     out = cp.full(plan.M.shape, cp.nan, dtype=cp.float32)    # poisoned: every row it owns must be written
-    ws(plan.V, plan.U, out, rows)
+    ws(plan.V, parts[0], out, rows)
     cp.cuda.get_current_stream().synchronize()
     ws.check_report()
     entry = {"rotation_sets": n, "bytes_per_set": per_set, "rows": rows,
@@ -156,7 +169,8 @@ def gemm_warp_specialized(bench, spec, st) -> dict:
     ref = cp.matmul(plan.V[0, :sample].astype(cp.float64), u0.astype(cp.float64))
     entry["rel_err_sample_vs_f64"] = gpu_rel_l2(out[0, :sample], ref)
     del out
-    entry.update(bench._time(lambda p: ws(p.V, p.U, p.M, rows), plans, check=ws.check_report))
+    entry.update(bench._time(lambda i: ws(plans[i].V, parts[i], plans[i].M, rows), list(range(n)),
+                             check=ws.check_report))
     gemm = {"useful_flops": 2 * lay.alpha2 * lay.tiles * spec.C * spec.K}
     entry.update(_peak_fields(gemm, entry.get("median_us")))
     return entry

@@ -50,7 +50,7 @@ def test_bitwise_equal_to_the_nonfused_gemm(spec, what):
     rows = plan.task_layout.tiles_padded
     assert plan.V.shape[1] >= rows
     out = cp.full(plan.M.shape, cp.nan, dtype=cp.float32)
-    ws(plan.V, plan.U, out, rows)
+    ws(plan.V, ws.split_u(plan.U), out, rows)
     cp.cuda.get_current_stream().synchronize()
     ws.check_report()
     check = compare_gemm.bitwise_check(cp, out[:, :rows], plan.M[:, :rows])

@@ -33,11 +33,11 @@ def test_sm90a_ptx_is_warp_specialized(tmp_path):
     _nvcc(tmp_path, "sm_90a", "ptx")
     ptx = (tmp_path / "ws.ptx").read_text()
     for needle in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32", "mbarrier.try_wait.parity",
-                   "cp.async.cg.shared.global", "bar.sync"):
+                   "cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64"):
         assert needle in ptx, needle
-    # Both operands from shared memory (two descriptors), 128- and 64-column tiles.
+    # A from registers (four), B from a shared-memory descriptor; 128- and 64-column tiles.
     for n in (128, 64):
-        assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, %rd\d+, %rd\d+", ptx), n
+        assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, \{{%r\d+, %r\d+, %r\d+, %r\d+\}}, %rd\d+", ptx), n
     dec = int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32 (\d+)", ptx).group(1))
     inc = int(re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32 (\d+)", ptx).group(1))
     assert 128 * dec + 256 * inc <= 65536 and inc >= 200, (dec, inc)
