@@ -72,7 +72,7 @@ class WarpSpecializedGemm:
     (:meth:`split_u`, which the producer copies whole rows of), one 384-thread block per SM.  Compiled with the runtime's own options;
     a stuck mbarrier wait comes back as a RuntimeError naming the block, role and stage."""
 
-    def __init__(self, cp, alternate: bool = True):
+    def __init__(self, cp):
         from megawino.gpu import nvrtc
         capability = cp.cuda.Device().compute_capability
         if nvrtc.arch_options(capability) != ("-arch=sm_90a",):
@@ -86,7 +86,6 @@ class WarpSpecializedGemm:
         self.fn.max_dynamic_shared_size_bytes = self.smem
         self.blocks = cp.cuda.Device().attributes["MultiProcessorCount"]
         self.report = cp.zeros(1, dtype=cp.uint32)
-        self.alternate = bool(alternate)   # the consumer warpgroups issue their MMAs in turn
 
     def split_u(self, U):
         """U's big and small TF32 parts, as the kernel's producer copies them: big rounds to nearest
@@ -109,7 +108,7 @@ class WarpSpecializedGemm:
             raise ValueError(f"shapes V {V.shape}, U {U_big.shape}, M {M.shape} do not make a batched GEMM of {rows} rows")
         self.fn((self.blocks,), (self.threads,),
                 (V, U_big, U_small, M, np.int32(alpha2), np.int32(rows), np.int32(c_stride), np.int32(k_stride),
-                 np.int64(V.shape[1] * c_stride), np.int64(M.shape[1] * k_stride), np.int32(self.alternate), self.report),
+                 np.int64(V.shape[1] * c_stride), np.int64(M.shape[1] * k_stride), self.report),
                 shared_mem=self.smem)
 
     def check_report(self) -> None:
@@ -117,7 +116,7 @@ class WarpSpecializedGemm:
         if word == 0xFFFFFFFF:
             raise RuntimeError("the warp-specialized GEMM was built without wgmma (not sm_90a)")
         if word:
-            role = {1: "producer (empty barrier)", 2: "consumer (full barrier)", 3: "consumer (turn barrier)"}.get((word >> 4) & 15, "?")
+            role = {1: "producer (empty barrier)", 2: "consumer (full barrier)"}.get((word >> 4) & 15, "?")
             raise RuntimeError(f"warp-specialized GEMM stuck: block {(word >> 8) & 0x7FFFFF}, {role}, stage {word & 15}")
 
 

@@ -30,7 +30,7 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 constexpr int ROW_BYTES = BK * 4;
 constexpr int A_BYTES = BM * ROW_BYTES, B_PART_BYTES = BN * ROW_BYTES;
 constexpr int STAGE_BYTES = A_BYTES + 2 * B_PART_BYTES;   // A, B big, B small
-constexpr int BARRIER_BYTES = (2 * STAGES + 2) * 8;       // full[STAGES], empty[STAGES], turn[2]
+constexpr int BARRIER_BYTES = 2 * STAGES * 8;             // full[STAGES], empty[STAGES]
 constexpr int CONSUMER_WARPS = 8;
 constexpr long long WAIT_NS = 2000000000ll;               // a wait this long is a hang
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 65536, "register file");
@@ -38,7 +38,7 @@ static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "the 128-byte swiz
 
 // Report word: 0 while fine, else STUCK | block << 8 | role << 4 | stage.
 constexpr unsigned STUCK = 0x80000000u;
-constexpr unsigned ROLE_PRODUCER = 1, ROLE_CONSUMER = 2, ROLE_TURN = 3;
+constexpr unsigned ROLE_PRODUCER = 1, ROLE_CONSUMER = 2;
 
 // Waits, warp-uniformly, for the phase of `parity` of the mbarrier at `bar`; false (after writing
 // the report word) once WAIT_NS have passed.
@@ -76,7 +76,6 @@ struct Problem {
   float* M;         // [alpha2][m rows][k_stride]
   int alpha2, rows, c_stride, k_stride;
   long long v_alpha_stride, m_alpha_stride;   // floats between positions
-  int alternate;                              // the consumers issue their MMAs in turn
 };
 
 // Producer thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 r (r = 0..7) of A and of both
@@ -134,14 +133,8 @@ __device__ __forceinline__ void produce(const Problem& pb, unsigned ring, unsign
 // 4 t4 .. + 3 of each sub-tile, read and split as in cuda/gemm_wgmma.cuh.
 template <int N>
 __device__ __forceinline__ bool consume_tile(const Problem& pb, unsigned ring, unsigned bars, unsigned* report,
-                                             int& fill, int& turns, int alpha, int row0, int col0, int wg_row) {
+                                             int& fill, int alpha, int row0, int col0, int wg_row) {
   const int lane = threadIdx.x & 31;
-  // Turns (pb.alternate): the two consumer warpgroups issue their sub-tiles' MMAs in turn, so that
-  // one's wait and FADDs fall while the tensor cores run the other's.  turn[w] completes a phase
-  // when the other warpgroup has issued a sub-tile: warpgroup 0 waits on turn[0] for the other's
-  // previous sub-tile, warpgroup 1 on turn[1] for warpgroup 0's same sub-tile.
-  const int wg = wg_row / 64;
-  const unsigned my_turn = bars + 8 * (2 * STAGES + wg), their_turn = bars + 8 * (2 * STAGES + 1 - wg);
   const int g = lane >> 2, t4 = lane & 3;
   const int a_row = wg_row + 16 * ((threadIdx.x >> 5) & 3) + g;
   const int a_sw = 16 * (a_row & 1);   // rows a_row and a_row + 8 share the swizzle
@@ -169,21 +162,12 @@ __device__ __forceinline__ bool consume_tile(const Problem& pb, unsigned ring, u
 #pragma unroll
       for (int q = 0; q < 2; ++q) Tf32x3::split_a_step(r0, r8, q, a_big[q], a_small[q]);
       float part[N / 2];
-      if (pb.alternate && (wg == 1 || turns > 0) &&
-          !wait_phase(my_turn, (turns - (wg == 0)) & 1, report, ROLE_TURN, wg))
-        return false;
       wgmma_fence();
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const unsigned step = 32 * (2 * sub + q);   // k8 step: 32 bytes into the swizzled rows
         split_products(mma, part, a_big[q], a_small[q], wgmma_desc_swizzle128(b_big + step),
                        wgmma_desc_swizzle128(b_big + B_PART_BYTES + step), q);
-      }
-      if (pb.alternate) {
-        wgmma_commit();
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(their_turn);
-        ++turns;
       }
       add_wgmma_part(acc, part);
     }
@@ -199,13 +183,12 @@ __device__ __forceinline__ void consume(const Problem& pb, unsigned ring, unsign
   setmaxnreg_inc<CONSUMER_REGS>();
   const int wg_row = 64 * (threadIdx.x / 128 - 1);
   const Items items(pb.alpha2, pb.rows, pb.k_stride);
-  int fill = 0, turns = 0;
+  int fill = 0;
   for (int item = blockIdx.x; item < items.count; item += gridDim.x) {
     int alpha, row0, col0;
     items.at(item, alpha, row0, col0);
-    const bool ok = pb.k_stride - col0 > 64
-                        ? consume_tile<128>(pb, ring, bars, report, fill, turns, alpha, row0, col0, wg_row)
-                        : consume_tile<64>(pb, ring, bars, report, fill, turns, alpha, row0, col0, wg_row);
+    const bool ok = pb.k_stride - col0 > 64 ? consume_tile<128>(pb, ring, bars, report, fill, alpha, row0, col0, wg_row)
+                                            : consume_tile<64>(pb, ring, bars, report, fill, alpha, row0, col0, wg_row);
     if (!ok) return;
   }
 }
@@ -225,7 +208,6 @@ __device__ __forceinline__ void gemm_warp_specialized(const ws::Problem& pb, uns
     mbarrier_init(bars + 8 * threadIdx.x, 128);                           // full: every producer thread
     mbarrier_init(bars + 8 * (STAGES + threadIdx.x), CONSUMER_WARPS);     // empty: every consumer warp
   }
-  if (threadIdx.x < 2) mbarrier_init(bars + 8 * (2 * STAGES + threadIdx.x), CONSUMER_WARPS / 2);   // turn: the other's warps
   fence_mbarrier_init();
   __syncthreads();
   if (threadIdx.x < 128) produce(pb, ring, bars, report);

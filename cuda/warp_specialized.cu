@@ -8,9 +8,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 mw_gemm_warp_specialized_kernel(const float* __restrict__ V, const float* __restrict__ U_big,
                                 const float* __restrict__ U_small, float* __restrict__ M,
                                 int alpha2, int rows, int c_stride, int k_stride, long long v_alpha_stride,
-                                long long m_alpha_stride, int alternate, unsigned* report) {
+                                long long m_alpha_stride, unsigned* report) {
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
-  const mw::ws::Problem pb{V, U_big, U_small, M, alpha2, rows, c_stride, k_stride, v_alpha_stride, m_alpha_stride, alternate};
+  const mw::ws::Problem pb{V, U_big, U_small, M, alpha2, rows, c_stride, k_stride, v_alpha_stride, m_alpha_stride};
   mw::gemm_warp_specialized(pb, report);
 #else
   if (threadIdx.x == 0 && blockIdx.x == 0) *report = 0xFFFFFFFFu;
