@@ -130,10 +130,7 @@ __device__ __forceinline__ void produce(const Problem& pb, unsigned ring, unsign
 }
 
 // One consumer warpgroup's 64 x N part of a tile: rows 64 wg + 16 warp + g (and + 8), k
-// 4 t4 .. + 3 of each sub-tile, read and split as in cuda/gemm_wgmma.cuh.  The next sub-tile's A
-// is read and split while the current one's MMAs run (sub-tile 0 of a stage in set 0, sub-tile 1
-// in set 1, so that the registers an MMA in flight reads stay untouched); a stage's full barrier
-// is waited for before the previous one is freed.
+// 4 t4 .. + 3 of each sub-tile, read and split as in cuda/gemm_wgmma.cuh.
 template <int N>
 __device__ __forceinline__ bool consume_tile(const Problem& pb, unsigned ring, unsigned bars, unsigned* report,
                                              int& fill, int alpha, int row0, int col0, int wg_row) {
@@ -146,56 +143,36 @@ __device__ __forceinline__ bool consume_tile(const Problem& pb, unsigned ring, u
     if constexpr (N == 128) wgmma_tf32_m64n128k8(d, a, b, accumulate);
     else wgmma_tf32_m64n64k8(d, a, b, accumulate);
   };
-  auto read_a = [&](unsigned a_stage, int sub, unsigned (&big)[2][4], unsigned (&small)[2][4]) {
-    const unsigned at = a_stage + 4 * (a_row * BK + ((sub * GEMM_BK + 4 * t4) ^ a_sw));
-    const float4 r0 = lds_f32x4(at), r8 = lds_f32x4(at + 8 * ROW_BYTES);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) Tf32x3::split_a_step(r0, r8, q, big[q], small[q]);
-  };
-  auto wait_full = [&](int stage, int f) {
-    if (!wait_phase(bars + 8 * stage, (f / STAGES) & 1, report, ROLE_CONSUMER, stage)) return false;
-    fence_proxy_async_smem();   // cp.async wrote B through the generic proxy; the tensor cores read it
-    return true;
-  };
-  float acc[N / 2], part[N / 2];
+  float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
-  // The six MMAs of sub-tile `sub` of the stage at a_stage into part, from zero; then acc += part.
-  auto multiply = [&](unsigned a_stage, int sub, const unsigned (&big)[2][4], const unsigned (&small)[2][4]) {
-    const unsigned b_big = a_stage + A_BYTES;
-    wgmma_fence();
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const unsigned step = 32 * (2 * sub + q);   // k8 step: 32 bytes into the swizzled rows
-      split_products(mma, part, big[q], small[q], wgmma_desc_swizzle128(b_big + step),
-                     wgmma_desc_swizzle128(b_big + B_PART_BYTES + step), q);
-    }
-    wgmma_commit();
-  };
-  unsigned a_big[2][2][4], a_small[2][2][4];
-  int stage = fill % STAGES;
-  if (!wait_full(stage, fill)) return false;
-  read_a(ring + stage * STAGE_BYTES, 0, a_big[0], a_small[0]);
-  for (int kt = 0; kt < k_tiles; ++kt) {
+  for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
+    const int stage = fill % STAGES;
+    if (!wait_phase(bars + 8 * stage, (fill / STAGES) & 1, report, ROLE_CONSUMER, stage)) return false;
+    fence_proxy_async_smem();   // cp.async wrote B through the generic proxy; the tensor cores read it
     const unsigned a_stage = ring + stage * STAGE_BYTES;
-    // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
-    const bool has_sub1 = pb.c_stride - kt * BK > GEMM_BK;
-    multiply(a_stage, 0, a_big[0], a_small[0]);
-    if (has_sub1) read_a(a_stage, 1, a_big[1], a_small[1]);
-    add_wgmma_part(acc, part);
-    const int next_stage = (fill + 1) % STAGES;
-    if (has_sub1) {
-      multiply(a_stage, 1, a_big[1], a_small[1]);
-      if (kt + 1 < k_tiles) {
-        if (!wait_full(next_stage, fill + 1)) return false;
-        read_a(ring + next_stage * STAGE_BYTES, 0, a_big[0], a_small[0]);
+    const unsigned b_big = a_stage + A_BYTES;
+#pragma unroll
+    for (int sub = 0; sub < BK / GEMM_BK; ++sub) {
+      // A sub-tile wholly past c_stride adds nothing (and an FADD of +0 could flip a -0).
+      if (sub > 0 && pb.c_stride - kt * BK <= sub * GEMM_BK) break;
+      const unsigned at = a_stage + 4 * (a_row * BK + ((sub * GEMM_BK + 4 * t4) ^ a_sw));
+      const float4 r0 = lds_f32x4(at), r8 = lds_f32x4(at + 8 * ROW_BYTES);
+      unsigned a_big[2][4], a_small[2][4];
+#pragma unroll
+      for (int q = 0; q < 2; ++q) Tf32x3::split_a_step(r0, r8, q, a_big[q], a_small[q]);
+      float part[N / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const unsigned step = 32 * (2 * sub + q);   // k8 step: 32 bytes into the swizzled rows
+        split_products(mma, part, a_big[q], a_small[q], wgmma_desc_swizzle128(b_big + step),
+                       wgmma_desc_swizzle128(b_big + B_PART_BYTES + step), q);
       }
       add_wgmma_part(acc, part);
     }
     __syncwarp();
     if (lane == 0) mbarrier_arrive(bars + 8 * (STAGES + stage));
-    ++fill;
-    stage = next_stage;
   }
   store_wgmma_acc<N, true>(acc, pb.M + alpha * pb.m_alpha_stride, row0 + a_row, col0 + 2 * t4, pb.k_stride,
                            pb.k_stride, pb.rows);
