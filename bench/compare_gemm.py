@@ -72,14 +72,15 @@ class WarpSpecializedGemm:
     (:meth:`split_u`, which the producer copies whole rows of), one 384-thread block per SM.  Compiled with the runtime's own options;
     a stuck mbarrier wait comes back as a RuntimeError naming the block, role and stage."""
 
-    def __init__(self, cp):
+    def __init__(self, cp, consumer_warpgroups: int = 2):
         from megawino.gpu import nvrtc
         capability = cp.cuda.Device().compute_capability
         if nvrtc.arch_options(capability) != ("-arch=sm_90a",):
             raise NotAvailable(f"the warp-specialized GEMM needs sm_90a, not compute capability {capability}")
         self.cp = cp
         code = (nvrtc.cuda_dir() / "warp_specialized.cu").read_text()
-        self.mod = cp.RawModule(code=code, options=nvrtc.compile_options(4, "NCHW", False) + nvrtc.arch_options(capability))
+        options = nvrtc.compile_options(4, "NCHW", False) + nvrtc.arch_options(capability)
+        self.mod = cp.RawModule(code=code, options=options + (f"-DWS_CONSUMER_WARPGROUPS={int(consumer_warpgroups)}",))
         self.fn = self.mod.get_function("mw_gemm_warp_specialized_kernel")
         self.smem = nvrtc.module_int(self.mod, "mw_ws_smem_bytes")
         self.threads = nvrtc.module_int(self.mod, "mw_ws_threads")

@@ -18,22 +18,35 @@
 
 #include "gemm_wgmma.cuh"
 
+namespace mw {
+// The block: one producer warpgroup and WS_CONSUMER_WARPGROUPS consumer warpgroups of 64 rows each
+// (every target knows the block's size: the kernel's launch bounds).
+#ifndef WS_CONSUMER_WARPGROUPS
+#define WS_CONSUMER_WARPGROUPS 2
+#endif
+constexpr int WS_THREADS = 128 * (1 + WS_CONSUMER_WARPGROUPS);
+}  // namespace mw
+
 #if MW_GEMM_WGMMA && MW_GEMM_TF32X3
 namespace mw {
 namespace ws {
 
-constexpr int THREADS = 384;            // producer warpgroup + two consumer warpgroups
-constexpr int BM = 128, BN = 128;       // block tile: rows (tiles of V and M) x columns (K)
+constexpr int CONSUMER_WARPGROUPS = WS_CONSUMER_WARPGROUPS;
+constexpr int THREADS = WS_THREADS;     // producer warpgroup + the consumer warpgroups
+constexpr int BM = 64 * CONSUMER_WARPGROUPS, BN = 128;   // block tile: rows (tiles of V and M) x columns (K)
 constexpr int BK = 32;                  // channels a stage: one 128-byte row of A and of B
 constexpr int STAGES = 4;
-constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+// Registers after reallocation: the producer's least without spilling, the rest to the consumers.
+constexpr int PRODUCER_REGS = 32;
+constexpr int CONSUMER_REGS = ((65536 - 128 * PRODUCER_REGS) / (128 * CONSUMER_WARPGROUPS)) / 8 * 8 > 232
+                                  ? 232 : ((65536 - 128 * PRODUCER_REGS) / (128 * CONSUMER_WARPGROUPS)) / 8 * 8;
 constexpr int ROW_BYTES = BK * 4;
 constexpr int A_BYTES = BM * ROW_BYTES, B_PART_BYTES = BN * ROW_BYTES;
 constexpr int STAGE_BYTES = A_BYTES + 2 * B_PART_BYTES;   // A, B big, B small
 constexpr int BARRIER_BYTES = 2 * STAGES * 8;             // full[STAGES], empty[STAGES]
-constexpr int CONSUMER_WARPS = 8;
+constexpr int CONSUMER_WARPS = 4 * CONSUMER_WARPGROUPS;
 constexpr long long WAIT_NS = 2000000000ll;               // a wait this long is a hang
-static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 65536, "register file");
+static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WARPGROUPS * CONSUMER_REGS <= 65536, "register file");
 static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "the 128-byte swizzle's stages start 1024-byte aligned");
 
 // Report word: 0 while fine, else STUCK | block << 8 | role << 4 | stage.

@@ -4,7 +4,7 @@
 // Other targets compile a kernel that only reports it cannot run (the report word's all ones).
 #include "gemm_warp_specialized.cuh"
 
-extern "C" __global__ void __launch_bounds__(384, 1)
+extern "C" __global__ void __launch_bounds__(mw::WS_THREADS, 1)
 mw_gemm_warp_specialized_kernel(const float* __restrict__ V, const float* __restrict__ U_big,
                                 const float* __restrict__ U_small, float* __restrict__ M,
                                 int alpha2, int rows, int c_stride, int k_stride, long long v_alpha_stride,
