@@ -1,6 +1,6 @@
 """The warp-specialized GEMM (cuda/warp_specialized.cu, sm_90a) against the non-fused GEMM
 stage: bitwise equal M on the plan's own V and U, poisoned output, shapes with row, channel
-and column remainders; and close to float64."""
+and column remainders, blocks of two and three consumer warpgroups; and close to float64."""
 from __future__ import annotations
 
 import sys
@@ -28,18 +28,19 @@ SHAPES = [
 ]
 
 
-def _gemm():
+def _gemm(warpgroups):
     import cupy as cp
     try:
-        return cp, compare_gemm.WarpSpecializedGemm(cp)
+        return cp, compare_gemm.WarpSpecializedGemm(cp, warpgroups)
     except compare_gemm.NotAvailable as err:
         pytest.skip(str(err))
 
 
+@pytest.mark.parametrize("warpgroups", [2, 3])
 @pytest.mark.parametrize("spec,what", SHAPES, ids=[w for _, w in SHAPES])
-def test_bitwise_equal_to_the_nonfused_gemm(spec, what):
+def test_bitwise_equal_to_the_nonfused_gemm(spec, what, warpgroups):
     import megawino
-    cp, ws = _gemm()
+    cp, ws = _gemm(warpgroups)
     plan = megawino.plan(spec, algo="nonfused")
     if plan.operand_format != "float32_u_paired":
         pytest.skip(f"the non-fused plan's U is {plan.operand_format}")
@@ -60,3 +61,4 @@ def test_bitwise_equal_to_the_nonfused_gemm(spec, what):
     ref = cp.matmul(plan.V[:, :rows].astype(cp.float64), u.astype(cp.float64))
     err = float(cp.linalg.norm(out[:, :rows] - ref) / cp.linalg.norm(ref))
     assert err < 1e-5, (what, err)
+
