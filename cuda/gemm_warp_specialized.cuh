@@ -1,19 +1,21 @@
 // The warp-specialized batched GEMM (sm_90a, 3xTF32): M[a] = V[a] @ U[a] for every Winograd
-// position a, with one 384-thread block per SM that loops over (position, row tile, column tile)
-// work items strided by blockIdx.  Warpgroup 0 is the producer: it only copies, 128 V rows and
-// the big and small TF32 parts of 128 U rows (U split once ahead, as prepared weights are: the
-// paired format, float32_u_paired, U transposed with each 16 channels in the A fragments' pairing
-// order), WS_BK channels a stage, into a ring of STAGES shared-memory stages; each copy arrives
-// on the stage's full mbarrier when it lands (cp.async.mbarrier.arrive), so every stage of the
-// ring can be in flight at once.  Warpgroups 1 and 2 are the consumers, each owning 64 rows of the
-// 128 x 128 tile (m64n128k8; m64n64k8 for a column tile of <= 64 columns): A (V) from shared
-// memory into registers, split there; B's parts read by the tensor cores from shared memory.
-// They free a stage on its empty mbarrier once their MMAs are done with it.  The arithmetic is
-// that of cuda/gemm_wgmma.cuh, product by product: each 16-term sub-tile is summed from zero on
-// the tensor cores (a_small * b_big, a_big * b_small, a_big * b_big per k8 step), then added to
-// the fp32 accumulator with one round-to-nearest FADD, so M is bitwise the non-fused GEMM stage's.
-// Every mbarrier wait is bounded: a wait that outlasts WAIT_NS writes which block, role and stage
-// was stuck to the report word and the warp leaves the kernel.
+// position a, with one block per SM that loops over (position, row tile, column tile) work items
+// strided by blockIdx.  Warpgroup 0 is the producer: it only copies, the tile's V rows and the big
+// and small TF32 parts of 128 U rows (U split once ahead, as prepared weights are: the paired
+// format, float32_u_paired, U transposed with each 16 channels in the A fragments' pairing order),
+// BK channels a stage, into a ring of STAGES shared-memory stages; each copy arrives on the
+// stage's full mbarrier when it lands (cp.async.mbarrier.arrive), so every stage of the ring can
+// be in flight at once.  The other WS_CONSUMER_WARPGROUPS warpgroups (2: 128-row tiles, 3:
+// 192-row tiles) are the consumers, each owning 64 rows of the tile's 128 columns (m64n128k8;
+// 64 columns and m64n64k8 for a column tile of <= 64 columns): A (V) from shared memory into
+// registers, split there; B's parts read by the tensor cores from shared memory.  They free a
+// stage on its empty mbarrier once their MMAs are done with it.  setmaxnreg leaves the producer
+// PRODUCER_REGS registers and gives the rest to the consumers.  The arithmetic is that of
+// cuda/gemm_wgmma.cuh, product by product: each 16-term sub-tile is summed from zero on the tensor
+// cores (a_small * b_big, a_big * b_small, a_big * b_big per k8 step), then added to the fp32
+// accumulator with one round-to-nearest FADD, so M is bitwise the non-fused GEMM stage's.  Every
+// mbarrier wait is bounded: a wait that outlasts WAIT_NS writes which block, role and stage was
+// stuck to the report word and the warp leaves the kernel.
 #pragma once
 
 #include "gemm_wgmma.cuh"
@@ -38,8 +40,8 @@ constexpr int BK = 32;                  // channels a stage: one 128-byte row of
 constexpr int STAGES = 4;
 // Registers after reallocation: the producer's least without spilling, the rest to the consumers.
 constexpr int PRODUCER_REGS = 32;
-constexpr int CONSUMER_REGS = ((65536 - 128 * PRODUCER_REGS) / (128 * CONSUMER_WARPGROUPS)) / 8 * 8 > 232
-                                  ? 232 : ((65536 - 128 * PRODUCER_REGS) / (128 * CONSUMER_WARPGROUPS)) / 8 * 8;
+constexpr int CONSUMER_REGS_LEFT = (65536 - 128 * PRODUCER_REGS) / (128 * CONSUMER_WARPGROUPS) / 8 * 8;
+constexpr int CONSUMER_REGS = CONSUMER_REGS_LEFT < 232 ? CONSUMER_REGS_LEFT : 232;   // setmaxnreg takes multiples of 8
 constexpr int ROW_BYTES = BK * 4;
 constexpr int A_BYTES = BM * ROW_BYTES, B_PART_BYTES = BN * ROW_BYTES;
 constexpr int STAGE_BYTES = A_BYTES + 2 * B_PART_BYTES;   // A, B big, B small

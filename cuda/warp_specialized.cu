@@ -1,6 +1,7 @@
 // The warp-specialized batched GEMM (cuda/gemm_warp_specialized.cuh) as one extern "C" kernel:
-// grid = the SMs, mw_ws_threads threads, mw_ws_smem_bytes of dynamic shared memory.  Builds
-// standalone:  nvcc -arch=sm_90a -cubin -Xptxas -v -I cuda cuda/warp_specialized.cu
+// grid = the SMs, mw_ws_threads threads, mw_ws_smem_bytes of dynamic shared memory; U given as its
+// big and small TF32 parts.  Builds standalone (-DWS_CONSUMER_WARPGROUPS=3 for 192-row tiles):
+//   nvcc -arch=sm_90a -cubin -Xptxas -v -I cuda cuda/warp_specialized.cu
 // Other targets compile a kernel that only reports it cannot run (the report word's all ones).
 #include "gemm_warp_specialized.cuh"
 

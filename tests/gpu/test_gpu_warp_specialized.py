@@ -62,3 +62,21 @@ def test_bitwise_equal_to_the_nonfused_gemm(spec, what, warpgroups):
     err = float(cp.linalg.norm(out[:, :rows] - ref) / cp.linalg.norm(ref))
     assert err < 1e-5, (what, err)
 
+
+def test_a_stuck_barrier_is_reported_not_a_hang():
+    """Launched with the producer and one consumer warpgroup only, the empty barriers never
+    complete (they wait for both consumers' warps): the kernel must end and say where it stuck."""
+    import megawino
+    cp, ws = _gemm(2)
+    spec = SHAPES[1][0]
+    plan = megawino.plan(spec, algo="nonfused")
+    if plan.operand_format != "float32_u_paired":
+        pytest.skip(f"the non-fused plan's U is {plan.operand_format}")
+    x = cp.asarray(np.random.default_rng(3).standard_normal((spec.N, spec.C, spec.H, spec.W)).astype(np.float32))
+    w = cp.asarray(np.random.default_rng(4).standard_normal(spec.weight_shape).astype(np.float32))
+    plan(x, w)
+    ws.threads = 256
+    ws(plan.V, ws.split_u(plan.U), cp.zeros_like(plan.M), plan.task_layout.tiles_padded)
+    cp.cuda.get_current_stream().synchronize()
+    with pytest.raises(RuntimeError, match="stuck: block"):
+        ws.check_report()
