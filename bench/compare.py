@@ -36,13 +36,16 @@ if str(BENCH_DIR) not in sys.path:
 import compare_backends  # noqa: E402
 from common import (CUDNN_ALGOS, find_loaded_library, geomean, json_clean, layer_record, median,  # noqa: E402
                     ratio, results_path, short_error, tflops)
+from compare_gemm import TF32X3_PEAK_TFLOPS  # noqa: E402
 from megawino.gpu.nvrtc import DEFAULT_GEMM_MATH, GEMM_MATHS  # noqa: E402
 
 # The device side is compare_backends.py; these stay reachable as compare.<name>.
 NotAvailable, _entry_for = compare_backends.NotAvailable, compare_backends._entry_for
 
 PRIMARY = {"winograd": "megakernel", "direct": "direct"}
-BACKENDS = ("ours", "prepared", "other_layout", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
+DEFAULT_BACKENDS = ("ours", "prepared", "other_layout", "nonfused", "cudnn", "cudnn_tf32", "legacy", "gemm")
+# Opt-in: the warp-specialized GEMM prototype (sm_90a) and PyTorch's TF32 bmm on the GEMM's shape.
+BACKENDS = DEFAULT_BACKENDS + ("gemm_ws", "gemm_tf32")
 TOLERANCE = 1e-4     # rel. L2 vs cuDNN float32 above which a layer is flagged
 
 
@@ -60,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="5 reps, first 4 layers")
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
                    help="layout of megawino's input and output (cuDNN runs both anyway)")
-    p.add_argument("--backends", default=",".join(BACKENDS),
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                    help=f"subset of {','.join(BACKENDS)}")
     p.add_argument("--legacy-algos", default="winograd_nonfused,fft_tiling",
                    help=f"cuDNN legacy algorithms via ctypes (of {','.join(CUDNN_ALGOS)})")
@@ -135,6 +138,7 @@ def derive(layer: dict, primary: str) -> dict:
     flops = layer.get("direct_flops")
     g_ours, g_cublas = _us(b.get("gemm_ours")), _us(b.get("gemm_cublas"))
     gflops = (layer.get("gemm") or {}).get("flops")
+    useful = (layer.get("gemm") or {}).get("useful_flops")
     return {
         "ours_us": ours,
         "cudnn_best_us": present.get(best_key), "cudnn_best_from": best_key,
@@ -158,6 +162,9 @@ def derive(layer: dict, primary: str) -> dict:
         "gemm_tflops_ours": tflops(gflops, g_ours),
         "gemm_tflops_cublas": tflops(gflops, g_cublas),
         "gemm_efficiency_vs_cublas": ratio(g_cublas, g_ours),
+        # The GEMM stage against the 3xTF32 tensor peak (useful multiply-adds: tiles x C x K).
+        **{f"gemm_{k}_fraction_of_3xtf32_peak": ratio(tflops(useful, _us(b.get(key))), TF32X3_PEAK_TFLOPS)
+           for k, key in (("ours", "gemm_ours"), ("ws", "gemm_ws"), ("cublas", "gemm_cublas"), ("cublas_tf32", "gemm_cublas_tf32"))},
     }
 
 

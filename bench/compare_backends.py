@@ -203,6 +203,13 @@ class Bench:
             for k in ("plan_" + self.primary, "fn_" + self.primary, "t_nchw", "t_any", "ref"):
                 st.pop(k, None)
             free_gpu_memory()
+            for backend, key, fn in (("gemm_ws", "gemm_ws", compare_gemm.gemm_warp_specialized),
+                                     ("gemm_tf32", "gemm_cublas_tf32", compare_gemm.gemm_cublas_tf32)):
+                if backend in args.backends:   # the inputs stay: the first runs the non-fused plan on them
+                    for k in [k for k in st if k not in ("xs", "w")]:
+                        del st[k]
+                    free_gpu_memory()
+                    self.guard(b, key, lambda: fn(self, spec, st))
             if "gemm" in args.backends:
                 self.guard(b, "gemm_ours", lambda: compare_gemm.gemm_ours(self, spec, st))
                 st.clear()

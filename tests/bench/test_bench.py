@@ -104,7 +104,7 @@ def test_find_loaded_library(tmp_path):
 def test_parse_args_defaults_and_quick():
     a = compare.parse_args([])
     assert (a.suite, a.batch, a.reps, a.warmup, a.quick) == ("winograd", None, 20, 5, False)
-    assert a.backends == list(compare.BACKENDS) and a.layer_names is None
+    assert a.backends == list(compare.DEFAULT_BACKENDS) and a.layer_names is None
     assert a.legacy_algos == ["winograd_nonfused", "fft_tiling"]
     assert a.out is None          # main() writes bench/results/<gpu>/compare.json
     q = compare.parse_args(["--quick", "--suite", "direct", "--batch", "8", "--layers", "a, b,",
@@ -841,3 +841,11 @@ def test_readme_models_table_graph_columns():
     assert (cells[0][graph], cells[0][fp32], cells[0][tf32]) == ("2.00 / 1.50 / 2.50", "0.800", "0.600")
     assert (cells[1][graph], cells[1][fp32], cells[1][tf32]) == (readme_tables.MISSING,) * 3
     assert cells[2][2] == "failed: boom" and cells[0][-1] == "3 of 4"
+
+
+def test_warp_specialized_block_shape_choice():
+    import compare_gemm
+    assert compare_gemm.consumer_warpgroups(3136) == 3     # 192-row tiles: 3264 rows against 3200
+    assert compare_gemm.consumer_warpgroups(256) == 2      # 384 rows against 256
+    assert compare_gemm.consumer_warpgroups(64) == 2
+    assert compare_gemm.TF32X3_PEAK_TFLOPS == pytest.approx(494.7 / 3)
