@@ -12,7 +12,7 @@
 // stage on its empty mbarrier once their MMAs are done with it.  setmaxnreg leaves the producer
 // PRODUCER_REGS registers and gives the rest to the consumers.  The arithmetic is that of
 // cuda/gemm_wgmma.cuh, product by product: each 16-term sub-tile is summed from zero on the tensor
-// cores (a_small * b_big, a_big * b_small, a_big * b_big per k8 step), then added to the fp32
+// cores (the small products of both k8 steps, then the big ones), then added to the fp32
 // accumulator with one round-to-nearest FADD, so M is bitwise the non-fused GEMM stage's.  Every
 // mbarrier wait is bounded: a wait that outlasts WAIT_NS writes which block, role and stage was
 // stuck to the report word and the warp leaves the kernel.
@@ -177,13 +177,15 @@ __device__ __forceinline__ bool consume_tile(const Problem& pb, unsigned ring, u
 #pragma unroll
       for (int q = 0; q < 2; ++q) Tf32x3::split_a_step(r0, r8, q, a_big[q], a_small[q]);
       float part[N / 2];
-      wgmma_fence();
+      unsigned long long b_big_desc[2], b_small_desc[2];
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const unsigned step = 32 * (2 * sub + q);   // k8 step: 32 bytes into the swizzled rows
-        split_products(mma, part, a_big[q], a_small[q], wgmma_desc_swizzle128(b_big + step),
-                       wgmma_desc_swizzle128(b_big + B_PART_BYTES + step), q);
+        b_big_desc[q] = wgmma_desc_swizzle128(b_big + step);
+        b_small_desc[q] = wgmma_desc_swizzle128(b_big + B_PART_BYTES + step);
       }
+      wgmma_fence();
+      tf32x3_products(mma, part, a_big, a_small, b_big_desc, b_small_desc);
       add_wgmma_part(acc, part);
     }
     __syncwarp();
