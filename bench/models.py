@@ -249,6 +249,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                      help="the zoo's input size (default 224; 299 for inception_v3)")
     zoo.add_argument("--error-sources", action="store_true",
                      help="also each model's error with one family of layers (3x3, 1x1, others) on megawino")
+    zoo.add_argument("--scale-bias", action="store_true",
+                     help="instead: the error and scale bias of single layers (bench/zoo.py run_scale_bias)")
     zoo.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                      help="cpu: a dry run of the zoo's records on the CPU executor, no timings")
     args = p.parse_args(argv)
@@ -316,6 +318,9 @@ def results_table(rows: list[dict], gemm_math: str = DEFAULT_GEMM_MATH):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.scale_bias:
+        from zoo import run_scale_bias
+        return run_scale_bias(args)
     if args.zoo:
         from zoo import run_zoo
         return run_zoo(args)

@@ -190,6 +190,51 @@ def family_errors(model, x, references, backend: str, gemm_math: str | None) -> 
     return errors
 
 
+# (N, C, K, H=W, filter) of --scale-bias: 1x1 layers of a wide ResNet's kind and two 3x3 ones.
+SCALE_BIAS_SHAPES = ((8, 1024, 256, 14, 1), (8, 256, 1024, 14, 1), (64, 256, 64, 56, 1), (8, 512, 512, 14, 3),
+                     (64, 64, 64, 56, 3))
+
+
+def error_and_scale_bias(y, ref) -> dict:
+    """For an output ``y`` and its float64 reference: the relative L2 error and the scale bias
+    (y - ref).ref / ref.ref, the part of the error along the output itself (y = (1 + s) ref gives
+    s), which adds up layer after layer where a random error does not."""
+    err = y.double() - ref
+    return {"rel_l2": float(err.norm() / ref.norm()), "scale_bias": float((err * ref).sum() / (ref * ref).sum())}
+
+
+def run_scale_bias(args) -> int:
+    """``--scale-bias``: megawino's and cuDNN fp32's error and scale bias on SCALE_BIAS_SHAPES,
+    ReLU'd normal inputs and Kaiming-normal weights (a network's activations)."""
+    import torch
+    import torch.nn.functional as F
+    import megawino.torch as mwt
+    from rich.console import Console
+    console = Console()
+    if not torch.cuda.is_available():
+        console.print("[red]bench/models.py --scale-bias needs a CUDA GPU[/]")
+        return 1
+    set_fp32_precision("ieee")
+    generator = torch.Generator(device="cuda").manual_seed(args.seed)
+    rows = []
+    for n, c, k, h, r in SCALE_BIAS_SHAPES:
+        w = torch.randn(k, c, r, r, device="cuda", generator=generator) * (2.0 / (k * r * r)) ** 0.5
+        x = torch.randn(n, c, h, h, device="cuda", generator=generator).relu()
+        ref = F.conv2d(x.double(), w.double(), padding=r // 2)
+        row = {"shape": f"n{n}c{c}k{k}h{h} {r}x{r}", "cudnn_fp32": error_and_scale_bias(F.conv2d(x, w, padding=r // 2), ref)}
+        algo = "pointwise" if r == 1 else "megakernel"
+        row[algo] = error_and_scale_bias(mwt.conv2d(x, w, padding=r // 2, algo=algo), ref)
+        rows.append(row)
+        console.print(row)
+    out = Path(args.json) if args.json else results_path("scale-bias")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(json_clean({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                          "git_commit": git_commit(BENCH_DIR.parent), "seed": args.seed,
+                                          "rows": rows}), indent=1) + "\n")
+    console.print(f"wrote {out}")
+    return 0
+
+
 def free_runtime_caches() -> None:
     import megawino
     try:

@@ -67,6 +67,24 @@ def test_zoo_error_sources_send_the_other_families_to_pytorch():
     assert sources["1x1 only"] < 2 * row["rel_l2"]["pytorch_fp32"]      # the CPU's choice for it: PyTorch
 
 
+def test_scale_bias_is_the_error_along_the_output():
+    zoo = _bench_module("zoo")
+    ref = torch.randn(4, 8, 5, 5, dtype=torch.float64)
+    shrunk = zoo.error_and_scale_bias((ref * (1 - 3e-7)).float(), ref)
+    assert shrunk["scale_bias"] == pytest.approx(-3e-7, abs=2e-8)            # float32 rounding aside
+    noise = torch.randn(ref.shape, dtype=torch.float64) * 1e-6 * ref.abs().mean()
+    noisy = zoo.error_and_scale_bias(ref + noise, ref)
+    assert noisy["rel_l2"] > 5e-7 and abs(noisy["scale_bias"]) < noisy["rel_l2"] / 5   # random: little along ref
+
+
+def test_scale_bias_needs_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal on a machine without a GPU")
+    models = _bench_module("models")
+    assert models.main(["--scale-bias"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
 def test_zoo_counts_layers_that_never_ran_and_reasons_alike_together():
     zoo = _bench_module("zoo")
 
