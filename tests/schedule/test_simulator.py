@@ -77,7 +77,7 @@ def test_sequential_and_random_orders_are_valid(spec, workers):
 
 
 def test_interleaved_mapping_simulates():
-    from megawino.schedule import mapping as mp            # written by the lead in parallel
+    from megawino.schedule import mapping as mp
     graph = build_graph(MEDIUM)
     seq = simulate(graph, mp.sequential_mapping(graph), 264)
     inter = simulate(graph, mp.interleaved_mapping(graph, 4, 4, 2), 264)
