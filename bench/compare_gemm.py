@@ -36,15 +36,22 @@ def gemm_ours(bench, spec, st) -> dict:
     entry.update(bench._time(lambda p: p.launch_stage(TaskType.GEMM), plans))
     return entry
 
-def gemm_cublas(bench, spec, st) -> dict:
-    """cuBLAS (cupy.matmul, batched, TF32 off) on the same alpha2 x (T x C)(C x K) shape."""
-    cp = bench.cp
+def _batched_shape(bench, spec):
+    """The heuristic plan's alpha2 x (T x C)(C x K) GEMM shape (a2, tiles_padded, c_stride,
+    k_stride), the bytes of one operand set and the rotation sets that keep the L2 from serving
+    repeats, for the cuBLAS columns."""
     if not spec.winograd_eligible:
         raise NotAvailable("not a Winograd layer")
     lay = Layout(spec, default_params(spec))
     a2, tp, cs, ks = lay.alpha2, lay.tiles_padded, lay.c_stride, lay.k_stride
     per_set = 4 * a2 * (tp * cs + cs * ks + tp * ks)
-    n = rotation_sets(per_set, bench.l2, min_sets=1, budget_bytes=bench._budget())
+    return (a2, tp, cs, ks), per_set, rotation_sets(per_set, bench.l2, min_sets=1, budget_bytes=bench._budget())
+
+
+def gemm_cublas(bench, spec, st) -> dict:
+    """cuBLAS (cupy.matmul, batched, TF32 off) on the same alpha2 x (T x C)(C x K) shape."""
+    cp = bench.cp
+    (a2, tp, cs, ks), per_set, n = _batched_shape(bench, spec)
     rng = cp.random.RandomState(bench.args.seed + 7)
     sets = [(rng.standard_normal((a2, tp, cs), dtype=cp.float32),
              rng.standard_normal((a2, cs, ks), dtype=cp.float32),
@@ -191,12 +198,7 @@ def gemm_cublas_tf32(bench, spec, st) -> dict:
     torch = bench.torch
     if torch is None:
         raise NotAvailable("PyTorch did not import")
-    if not spec.winograd_eligible:
-        raise NotAvailable("not a Winograd layer")
-    lay = Layout(spec, default_params(spec))
-    a2, tp, cs, ks = lay.alpha2, lay.tiles_padded, lay.c_stride, lay.k_stride
-    per_set = 4 * a2 * (tp * cs + cs * ks + tp * ks)
-    n = rotation_sets(per_set, bench.l2, min_sets=1, budget_bytes=bench._budget())
+    (a2, tp, cs, ks), per_set, n = _batched_shape(bench, spec)
     gen = torch.Generator(device="cuda").manual_seed(bench.args.seed + 11)
     sets = [(torch.randn((a2, tp, cs), device="cuda", generator=gen), torch.randn((a2, cs, ks), device="cuda", generator=gen),
              torch.empty((a2, tp, ks), device="cuda")) for _ in range(n)]

@@ -4,8 +4,8 @@
 // k tile, then added to the fp32 accumulator with one round-to-nearest FADD.  3xTF32 issues the
 // k tile's small products (lo*hi, hi*lo of both k8 steps) before its big ones: the tensor cores
 // cut every MMA's sum toward zero at the sum's magnitude, and the small products' sums are 2^-11
-// of it, so only the two big-product MMAs cut at full size (four in step order), which halves
-// the coherent shrink of every output that adds up over a network's layers.
+// of it, so only the two big-product MMAs cut at full size (four in step order): the cuts all
+// shrink the outputs, and the shrink adds up over a network's layers.
 //   Tf32x3: two TF32 parts (about 2^-21 relative per product: fp32-level error);
 //   Bf16x3: two BF16 parts (about 2^-16 relative: the TF32-grade mode).
 // The FFMA family needs none of this: one __fmaf_rn per k.
@@ -63,30 +63,6 @@ struct Bf16x3 {
   }
 };
 
-// BF16x3: part (+)= a_small * b_big + a_big * b_small + a_big * b_big for a warp's MT x NT mma.sync
-// blocks, product by product, so that MT * NT independent MMAs separate two that accumulate into
-// the same registers; ZERO starts part from zero (mma_zero), else it adds to it (mma).
-template <bool ZERO, int MT, int NT, class Mma, class MmaZero>
-__device__ __forceinline__ void split_products(float (&part)[MT * NT][4], const unsigned (&a_big)[MT][4],
-                                               const unsigned (&a_small)[MT][4], const unsigned (&b_big)[NT][2],
-                                               const unsigned (&b_small)[NT][2], Mma mma, MmaZero mma_zero) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      if constexpr (ZERO) mma_zero(part[mt * NT + nt], a_small[mt], b_big[nt]);
-      else mma(part[mt * NT + nt], a_small[mt], b_big[nt]);
-    }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mma(part[mt * NT + nt], a_big[mt], b_small[nt]);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mma(part[mt * NT + nt], a_big[mt], b_big[nt]);
-}
-
 // part (+)= a_small * b_big + a_big * b_small for a warp's MT x NT mma.sync blocks (the small
 // products of one k8 step, issued before any big one: see the head of this file).
 template <bool ZERO, int MT, int NT, class Mma, class MmaZero>
@@ -114,6 +90,17 @@ __device__ __forceinline__ void big_products(float (&part)[MT * NT][4], const un
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) mma(part[mt * NT + nt], a_big[mt], b_big[nt]);
+}
+
+// BF16x3: part (+)= a_small * b_big + a_big * b_small + a_big * b_big for a warp's MT x NT mma.sync
+// blocks, product by product, so that MT * NT independent MMAs separate two that accumulate into
+// the same registers; ZERO starts part from zero (mma_zero), else it adds to it (mma).
+template <bool ZERO, int MT, int NT, class Mma, class MmaZero>
+__device__ __forceinline__ void split_products(float (&part)[MT * NT][4], const unsigned (&a_big)[MT][4],
+                                               const unsigned (&a_small)[MT][4], const unsigned (&b_big)[NT][2],
+                                               const unsigned (&b_small)[NT][2], Mma mma, MmaZero mma_zero) {
+  small_products<ZERO>(part, a_big, a_small, b_big, b_small, mma, mma_zero);
+  big_products(part, a_big, b_big, mma);
 }
 
 // The 3xTF32 products of a 16-term k tile of one warpgroup MMA (two k8 steps; the operands are

@@ -7,7 +7,7 @@ operator (no graph break) and calls megawino's kernels at run time.  The CUDA st
 tokens and the per-layer choice are read inside the implementation, where the tensors are real.
 
 Eager calls of a converted layer run the same implementation without the dispatcher, whose host
-time (10-20 us a call) would cost more than a small layer's convolution at batch 1.
+time per call would cost more than a small layer's convolution at batch 1.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ..core.tasks import Layout
 HOST_S_PER_TASK = 5e-6        # building a candidate's graph and ticket order, per task
 PLAN_S = 0.05                 # a plan's fixed cost (allocation, upload)
 SETUP_S = 1.0                 # the layer's rotated inputs, first compile
-ROOFLINE_SLACK = 2.5          # measured layer time / roofline estimate (H100, H200 suites)
+ROOFLINE_SLACK = 2.5          # layer time / roofline estimate: the roofline ignores latency and waits
 WINOGRAD_GEMM_FLOPS = 0.25    # F(4x4,3x3): 36 products per 16 outputs instead of 144
 WARMUP = 3
 CONFIRM_CONFIGS = 4           # heuristic, sequential, winner, current choice

@@ -12,9 +12,9 @@ Choice for a layer, in order:
    pair of entries that near has the same group size and GEMM_OUTPUT choice, while the pairs
    farther apart disagree in a third of the cases), and only where the nearest entry was
    measured not to lose to the heuristic on the shapes that borrow it (:func:`lends`:
-   ``lends_near`` true, set by ``megawino tune --check-near``, :mod:`megawino.tuning.near`): on
-   the H200 the nearest entry's parameters ran up to 21% slower than the heuristic's on 14 of 36
-   suite layers at batches 32 and 20, so an entry nobody checked lends nothing.  The nearest
+   ``lends_near`` true, set by ``megawino tune --check-near``, :mod:`megawino.tuning.near`):
+   an entry's group size and mapping suit its own tile count, and which entries carry over to
+   other batches is not told by the distance, so an entry nobody checked lends nothing.  The nearest
    shape of the first table with a near shape (this GPU's tables, then its family's, as in 1
    and 2) decides; a farther entry, or another table's, does not stand in for one that does not
    lend: it was not measured on that shape.
